@@ -1,0 +1,51 @@
+package qemuargs
+
+import (
+	"path/filepath"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+)
+
+// Layout names the files of one VM inside its per-VM directory. The node agent shares this
+// directory with the launcher, so the socket names are part of the contract between them.
+type Layout struct {
+	Dir string
+	// TapFDs maps an interface's tap_fd_name to the descriptor number QEMU inherits.
+	TapFDs map[string]int
+	// Binary is the QEMU executable; it becomes argv[0].
+	Binary string
+}
+
+// NewLayout returns the layout of a VM directory with the default QEMU binary.
+func NewLayout(dir string) Layout {
+	return Layout{Dir: dir, Binary: "qemu-system-x86_64", TapFDs: map[string]int{}}
+}
+
+func (l Layout) QMPSocket() string    { return filepath.Join(l.Dir, "qmp.sock") }
+func (l Layout) SerialSocket() string { return filepath.Join(l.Dir, "serial0.sock") }
+func (l Layout) SerialLog() string    { return filepath.Join(l.Dir, "serial0.log") }
+func (l Layout) VNCSocket() string    { return filepath.Join(l.Dir, "vnc.sock") }
+func (l Layout) DisksDir() string     { return filepath.Join(l.Dir, "disks") }
+
+// DiskImage is where QEMU reads a disk from, and in which format.
+type DiskImage struct {
+	Path   string
+	Format launcherapi.ImageFormat
+	// Generated is true when the launcher creates the file itself (overlay, blank disk, seed ISO).
+	Generated bool
+}
+
+// DiskImage resolves the file backing a disk. Files the launcher creates live in DisksDir.
+func (l Layout) DiskImage(d *launcherapi.Disk) DiskImage {
+	switch src := d.Source.(type) {
+	case *launcherapi.Disk_ContainerDisk:
+		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
+	case *launcherapi.Disk_EmptyDisk:
+		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
+	case *launcherapi.Disk_CloudInitNoCloud:
+		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".iso"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW, Generated: true}
+	case *launcherapi.Disk_File:
+		return DiskImage{Path: src.File.GetPath(), Format: src.File.GetFormat()}
+	}
+	return DiskImage{}
+}
