@@ -1,0 +1,135 @@
+package disks
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/go-logr/logr"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/qemuargs"
+)
+
+func requireQemuImg(t *testing.T) {
+	t.Helper()
+	for _, bin := range []string{"qemu-img", "qemu-io"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed (make deps installs qemu-utils): %v", bin, err)
+		}
+	}
+}
+
+func TestNoCloudISOKeepsNamesAndLabel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seed.iso")
+	src := &launcherapi.CloudInitNoCloudSource{UserData: "#!/bin/sh\necho hello\n", MetaData: "local-hostname: vm1\n", NetworkData: "version: 2\n"}
+	if err := WriteNoCloudISO(path, src); err != nil {
+		t.Fatal(err)
+	}
+	img, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	img.LogicalBlocksize = 2048
+	fs, err := img.GetFilesystem(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Trim(fs.Label(), " \x00"); got != NoCloudLabel {
+		t.Errorf("volume label %q, want %q", got, NoCloudLabel)
+	}
+	for name, want := range map[string]string{"user-data": src.UserData, "meta-data": src.MetaData, "network-config": src.NetworkData} {
+		f, err := fs.OpenFile("/"+name, os.O_RDONLY)
+		if err != nil {
+			t.Fatalf("open %s: %v", name, err)
+		}
+		got, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	if out, err := exec.Command("blkid", "-o", "value", "-s", "LABEL", path).Output(); err == nil {
+		if strings.TrimSpace(string(out)) != NoCloudLabel {
+			t.Errorf("blkid label %q", out)
+		}
+	}
+}
+
+func TestOverlayLeavesBaseUnchanged(t *testing.T) {
+	requireQemuImg(t)
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", base, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := exec.Command("qemu-io", "-f", "qcow2", "-c", "write -P 0x11 0 64k", base).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	before := sum(t, base)
+
+	l := qemuargs.NewLayout(filepath.Join(dir, "vm"))
+	spec := &launcherapi.VMSpec{Disks: []*launcherapi.Disk{
+		{Name: "root", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: base, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}},
+		{Name: "scratch", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: 8 << 20}}},
+		{Name: "seed", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_CloudInitNoCloud{CloudInitNoCloud: &launcherapi.CloudInitNoCloudSource{UserData: "#!/bin/sh\n"}}},
+		{Name: "host", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: filepath.Join(dir, "host.img"), CreateBytes: 4 << 20}}},
+	}}
+	if err := Prepare(context.Background(), spec, l, logr.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	ov := l.DiskImage(spec.Disks[0]).Path
+	// The overlay reads the base's data, and takes writes without touching the base.
+	if out, err := exec.Command("qemu-io", "-f", "qcow2", "-c", "read -P 0x11 0 64k", "-c", "write -P 0x22 0 4k", "-c", "read -P 0x22 0 4k", ov).CombinedOutput(); err != nil || bytes.Contains(out, []byte("Pattern verification failed")) {
+		t.Fatalf("overlay read/write: %v: %s", err, out)
+	}
+	if after := sum(t, base); after != before {
+		t.Error("base image changed after writing through the overlay")
+	}
+	if out, err := exec.Command("qemu-io", "-f", "qcow2", "-c", "read -P 0x11 0 4k", base).CombinedOutput(); err != nil || bytes.Contains(out, []byte("Pattern verification failed")) {
+		t.Errorf("base content changed: %v: %s", err, out)
+	}
+	info, err := exec.Command("qemu-img", "info", l.DiskImage(spec.Disks[1]).Path).Output()
+	if err != nil || !bytes.Contains(info, []byte("virtual size: 8 MiB")) {
+		t.Errorf("empty disk: %v: %s", err, info)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "host.img")); err != nil || st.Size() != 4<<20 {
+		t.Errorf("host disk not created with its size: %v %v", st, err)
+	}
+}
+
+func TestPrepareUndoesOnFailure(t *testing.T) {
+	requireQemuImg(t)
+	dir := t.TempDir()
+	l := qemuargs.NewLayout(filepath.Join(dir, "vm"))
+	spec := &launcherapi.VMSpec{Disks: []*launcherapi.Disk{
+		{Name: "scratch", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: 1 << 20}}},
+		{Name: "missing", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: filepath.Join(dir, "nope.img")}}},
+	}}
+	err := Prepare(context.Background(), spec, l, logr.Discard())
+	if err == nil || !strings.Contains(err.Error(), "spec.disks[1]") {
+		t.Fatalf("want an error naming spec.disks[1], got %v", err)
+	}
+	if _, err := os.Stat(l.DiskImage(spec.Disks[0]).Path); !os.IsNotExist(err) {
+		t.Errorf("blank disk left behind after failure: %v", err)
+	}
+}
+
+func sum(t *testing.T, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
