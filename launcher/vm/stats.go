@@ -1,0 +1,123 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/qemuargs"
+	"github.com/qvirt/qvirt/qmp"
+)
+
+// Stats takes one snapshot of the VM's counters: QEMU's CPU time from /proc, per-vCPU time
+// from the vCPU threads QMP names, memory from the balloon and /proc, and block I/O from QMP.
+// It costs a handful of QMP calls; callers that scrape often should cache it.
+func (v *VM) Stats(ctx context.Context) (*launcherapi.StatsResponse, error) {
+	mon, err := v.live()
+	if err != nil {
+		return nil, err
+	}
+	pid := int(v.Status().QemuPid)
+	spec := v.Spec()
+	out := &launcherapi.StatsResponse{UnixNano: time.Now().UnixNano(), Memory: &launcherapi.MemoryStats{GuestBytes: spec.GetMemoryBytes()}}
+
+	ps, err := readProcStat(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, fmt.Errorf("qemu cpu time: %w", err)
+	}
+	out.Cpu = &launcherapi.CPUStats{UserNs: ps.UserNanos, SystemNs: ps.SystemNanos}
+	if out.Memory.RssBytes, err = readRSS(pid); err != nil {
+		return nil, fmt.Errorf("qemu rss: %w", err)
+	}
+
+	if out.Vcpus, err = vcpuStats(ctx, mon, pid); err != nil {
+		return nil, err
+	}
+	if spec.GetDevices().GetMemBalloon() {
+		if err := balloonStats(ctx, mon, out.Memory); err != nil {
+			return nil, err
+		}
+	}
+	bs, err := mon.QueryBlockStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("block stats: %w", err)
+	}
+	out.Block = blockStats(bs, spec.GetDisks())
+	return out, nil
+}
+
+func vcpuStats(ctx context.Context, mon *qmp.Client, pid int) ([]*launcherapi.VCPUStats, error) {
+	cpus, err := mon.QueryCPUsFast(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("vcpu threads: %w", err)
+	}
+	out := make([]*launcherapi.VCPUStats, 0, len(cpus))
+	for _, c := range cpus {
+		s := &launcherapi.VCPUStats{Id: uint32(c.CPUIndex), ThreadId: int64(c.ThreadID)}
+		if run, wait, err := readSchedstat(pid, c.ThreadID); err == nil {
+			s.RunNs, s.WaitNs = run, wait
+		}
+		if ts, err := readProcStat(fmt.Sprintf("/proc/%d/task/%d/stat", pid, c.ThreadID)); err == nil {
+			s.State = ts.State
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func balloonStats(ctx context.Context, mon *qmp.Client, m *launcherapi.MemoryStats) error {
+	actual, err := mon.QueryBalloon(ctx)
+	if err != nil {
+		return fmt.Errorf("balloon: %w", err)
+	}
+	m.BalloonActualBytes = uint64(actual)
+	gs, err := mon.BalloonGuestStats(ctx, balloonPath)
+	if err != nil {
+		return fmt.Errorf("balloon guest stats: %w", err)
+	}
+	// The guest reports these only once its balloon driver runs; absent stays zero.
+	m.AvailableBytes = deref(gs.TotalMemory)
+	m.UnusedBytes = deref(gs.FreeMemory)
+	m.UsableBytes = deref(gs.AvailableMemory)
+	m.MajorFaults = deref(gs.MajorFaults)
+	m.MinorFaults = deref(gs.MinorFaults)
+	return nil
+}
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// blockStats maps QEMU's format nodes back to the spec's disk names.
+func blockStats(bs []qmp.BlockStats, disks []*launcherapi.Disk) []*launcherapi.BlockStats {
+	var out []*launcherapi.BlockStats
+	for _, b := range bs {
+		idx, ok := strings.CutPrefix(b.NodeName, "fmt-")
+		if !ok {
+			continue
+		}
+		i, err := strconv.Atoi(idx)
+		if err != nil || i < 0 || i >= len(disks) || b.NodeName != qemuargs.FormatNode(i) {
+			continue
+		}
+		s := b.Stats
+		out = append(out, &launcherapi.BlockStats{
+			Drive:       disks[i].Name,
+			ReadBytes:   uint64(s.RdBytes),
+			WriteBytes:  uint64(s.WrBytes),
+			ReadOps:     uint64(s.RdOperations),
+			WriteOps:    uint64(s.WrOperations),
+			FlushOps:    uint64(s.FlushOperations),
+			ReadTimeNs:  uint64(s.RdTotalTimeNs),
+			WriteTimeNs: uint64(s.WrTotalTimeNs),
+			FlushTimeNs: uint64(s.FlushTotalTimeNs),
+		})
+	}
+	return out
+}
