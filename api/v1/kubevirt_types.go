@@ -1,0 +1,201 @@
+/*
+Copyright The qvirt Authors.
+Licensed under the Apache License, Version 2.0.
+*/
+
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KubeVirt is the cluster-wide installation and its configuration; the API server
+// and the controllers read spec.configuration from it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=kubevirts,singular=kubevirt,shortName=kv;kvs,categories=all,scope=Namespaced
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
+type KubeVirt struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec KubeVirtSpec `json:"spec"`
+	// +optional
+	Status KubeVirtStatus `json:"status,omitempty"`
+}
+
+// KubeVirtList is a list of KubeVirts.
+//
+// +kubebuilder:object:root=true
+type KubeVirtList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []KubeVirt `json:"items"`
+}
+
+// KubeVirtSpec holds the installation settings and the configuration.
+type KubeVirtSpec struct {
+	// +optional
+	ImageTag string `json:"imageTag,omitempty"`
+	// +optional
+	ImageRegistry string `json:"imageRegistry,omitempty"`
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// +optional
+	WorkloadUpdateStrategy KubeVirtWorkloadUpdateStrategy `json:"workloadUpdateStrategy,omitempty"`
+	// +optional
+	UninstallStrategy KubeVirtUninstallStrategy `json:"uninstallStrategy,omitempty"`
+	// +optional
+	CertificateRotationStrategy KubeVirtCertificateRotateStrategy `json:"certificateRotateStrategy,omitempty"`
+	// +optional
+	Configuration KubeVirtConfiguration `json:"configuration,omitempty"`
+	// CustomizeComponents patches installed components; the released KubeVirt
+	// CR carries an empty one.
+	// +optional
+	CustomizeComponents CustomizeComponents `json:"customizeComponents,omitempty"`
+}
+
+// KubeVirtWorkloadUpdateStrategy says how running VMIs are moved to new launchers
+// after an upgrade.
+type KubeVirtWorkloadUpdateStrategy struct {
+	// WorkloadUpdateMethods are LiveMigrate and/or Evict.
+	// +listType=atomic
+	// +optional
+	WorkloadUpdateMethods []string `json:"workloadUpdateMethods,omitempty"`
+	// +optional
+	BatchEvictionSize *int `json:"batchEvictionSize,omitempty"`
+	// +optional
+	BatchEvictionInterval *metav1.Duration `json:"batchEvictionInterval,omitempty"`
+}
+
+// KubeVirtUninstallStrategy says whether uninstalling waits for workloads to go.
+type KubeVirtUninstallStrategy string
+
+const (
+	KubeVirtUninstallStrategyRemoveWorkloads                KubeVirtUninstallStrategy = "RemoveWorkloads"
+	KubeVirtUninstallStrategyBlockUninstallIfWorkloadsExist KubeVirtUninstallStrategy = "BlockUninstallIfWorkloadsExist"
+)
+
+// KubeVirtCertificateRotateStrategy configures the internal certificates.
+type KubeVirtCertificateRotateStrategy struct {
+	// +optional
+	SelfSigned *KubeVirtSelfSignConfiguration `json:"selfSigned,omitempty"`
+}
+
+// KubeVirtSelfSignConfiguration sets lifetimes of the self-signed CA and the
+// certificates it signs (defaults: CA 7 days, servers 24 h, renewed when 20% of
+// the lifetime is left).
+type KubeVirtSelfSignConfiguration struct {
+	// Deprecated: use ca.duration.
+	// +optional
+	CARotateInterval *metav1.Duration `json:"caRotateInterval,omitempty"`
+	// Deprecated: use server.duration.
+	// +optional
+	CertRotateInterval *metav1.Duration `json:"certRotateInterval,omitempty"`
+	// Deprecated: use ca.renewBefore.
+	// +optional
+	CAOverlapInterval *metav1.Duration `json:"caOverlapInterval,omitempty"`
+	// +optional
+	CA *CertConfig `json:"ca,omitempty"`
+	// +optional
+	Server *CertConfig `json:"server,omitempty"`
+}
+
+// CertConfig is a certificate lifetime and how long before expiry to renew it.
+type CertConfig struct {
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+	// +optional
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+}
+
+// CustomizeComponents patches the installed components.
+type CustomizeComponents struct {
+	// +listType=atomic
+	// +optional
+	Patches []CustomizeComponentsPatch `json:"patches,omitempty"`
+	// +optional
+	Flags *Flags `json:"flags,omitempty"`
+}
+
+// CustomizeComponentsPatch is one patch of one component resource.
+type CustomizeComponentsPatch struct {
+	// +kubebuilder:validation:MinLength=1
+	ResourceName string `json:"resourceName"`
+	// +kubebuilder:validation:MinLength=1
+	ResourceType string `json:"resourceType"`
+	Patch        string `json:"patch"`
+	// Type is json, merge or strategic.
+	Type string `json:"type"`
+}
+
+// Flags replace the command-line flags of the components.
+type Flags struct {
+	// +optional
+	API map[string]string `json:"api,omitempty"`
+	// +optional
+	Controller map[string]string `json:"controller,omitempty"`
+	// +optional
+	Handler map[string]string `json:"handler,omitempty"`
+}
+
+// KubeVirtPhase is the deployment phase.
+type KubeVirtPhase string
+
+const (
+	KubeVirtPhaseDeploying KubeVirtPhase = "Deploying"
+	KubeVirtPhaseDeployed  KubeVirtPhase = "Deployed"
+	KubeVirtPhaseDeleting  KubeVirtPhase = "Deleting"
+	KubeVirtPhaseDeleted   KubeVirtPhase = "Deleted"
+)
+
+// KubeVirtConditionType names a KubeVirt condition.
+type KubeVirtConditionType string
+
+const (
+	KubeVirtConditionAvailable    KubeVirtConditionType = "Available"
+	KubeVirtConditionProgressing  KubeVirtConditionType = "Progressing"
+	KubeVirtConditionDegraded     KubeVirtConditionType = "Degraded"
+	KubeVirtConditionCreated      KubeVirtConditionType = "Created"
+	KubeVirtConditionSynchronized KubeVirtConditionType = "Synchronized"
+)
+
+// KubeVirtCondition is a condition of the installation.
+type KubeVirtCondition struct {
+	Type   KubeVirtConditionType  `json:"type"`
+	Status corev1.ConditionStatus `json:"status"`
+	// +nullable
+	// +optional
+	LastProbeTime metav1.Time `json:"lastProbeTime,omitempty"`
+	// +nullable
+	// +optional
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitempty"`
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// KubeVirtStatus is owned by the system.
+type KubeVirtStatus struct {
+	// +optional
+	Phase KubeVirtPhase `json:"phase,omitempty"`
+	// +optional
+	Conditions []KubeVirtCondition `json:"conditions,omitempty"`
+	// +optional
+	OperatorVersion string `json:"operatorVersion,omitempty"`
+	// +optional
+	TargetKubeVirtVersion string `json:"targetKubeVirtVersion,omitempty"`
+	// +optional
+	ObservedKubeVirtVersion string `json:"observedKubeVirtVersion,omitempty"`
+	// +optional
+	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	DefaultArchitecture string `json:"defaultArchitecture,omitempty"`
+}
