@@ -47,8 +47,10 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 		{"validate", func(context.Context) error {
 			var err error
 			v.layout.TapFDs, taps = assignTapFDs(v.cfg.Taps)
-			argv, err = qemuargs.Build(spec, v.layout)
-			return err
+			if argv, err = qemuargs.Build(spec, v.layout); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+			}
+			return nil
 		}},
 		{"prepare-dir", v.prepareDir},
 		{"prepare-disks", func(ctx context.Context) error { return disks.Prepare(ctx, spec, v.layout, v.log) }},

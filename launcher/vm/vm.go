@@ -22,6 +22,8 @@ var (
 	ErrAlreadyStarted = errors.New("vm: already started")
 	// ErrNotRunning is returned by operations that need a live QEMU.
 	ErrNotRunning = errors.New("vm: not running")
+	// ErrInvalidSpec marks a start refused because the spec cannot be run.
+	ErrInvalidSpec = errors.New("vm: invalid spec")
 )
 
 // Config is what a VM needs from its launcher besides the spec.

@@ -1,0 +1,41 @@
+// virt-launcher runs one VM: it starts QEMU directly and manages it over QMP, serving the
+// launcher API on a unix socket in the per-VM directory.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/qvirt/qvirt/launcher/server"
+)
+
+func main() {
+	var opts server.RunOptions
+	klog.InitFlags(nil)
+	flag.StringVar(&opts.Dir, "dir", "", "per-VM directory shared with the node agent (sockets, disks, logs)")
+	flag.StringVar(&opts.QEMUBinary, "qemu", "qemu-system-x86_64", "QEMU binary")
+	flag.DurationVar(&opts.StopGrace, "stop-grace-period", 30*time.Second, "time the guest gets to power off when the launcher is terminated")
+	flag.DurationVar(&opts.Linger, "linger", 5*time.Second, "how long the API stays up after QEMU exits")
+	name := flag.String("vmi", "", "namespace/name of the VMI, for logs")
+	flag.Parse()
+	if opts.Dir == "" {
+		klog.ErrorS(nil, "--dir is required")
+		os.Exit(2)
+	}
+	opts.Log = klog.Background().WithValues("vmi", *name)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := server.Run(ctx, opts); err != nil {
+		klog.ErrorS(err, "launcher failed", "vmi", *name)
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}

@@ -1,0 +1,252 @@
+// Package server exposes one VM over the launcher's gRPC API on a unix socket in the per-VM
+// directory, and receives the tap descriptors the node agent hands over.
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/fdpass"
+	"github.com/qvirt/qvirt/launcher/vm"
+	"github.com/qvirt/qvirt/qmp"
+)
+
+// Socket and fd-socket names inside the per-VM directory.
+const (
+	SocketName   = "launcher.sock"
+	FDSocketName = "fds.sock"
+)
+
+// startTimeout bounds one VM start; the start is not tied to the Sync request's context.
+const startTimeout = 3 * time.Minute
+
+// Options configure a Server.
+type Options struct {
+	Dir        string
+	QEMUBinary string
+	Log        logr.Logger
+}
+
+// Server serves the Launcher gRPC service for the single VM of this launcher.
+type Server struct {
+	launcherapi.UnimplementedLauncherServer
+	opts Options
+
+	mu      sync.Mutex
+	vm      *vm.VM
+	taps    map[string]*os.File
+	created chan struct{}
+}
+
+// New returns a Server whose VM is created by the first Sync.
+func New(opts Options) *Server {
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	return &Server{opts: opts, taps: map[string]*os.File{}, created: make(chan struct{})}
+}
+
+// VMCreated is closed once Sync has created the VM.
+func (s *Server) VMCreated() <-chan struct{} { return s.created }
+
+// VM returns the VM, or nil before the first Sync.
+func (s *Server) VM() *vm.VM {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.vm
+}
+
+// AddTap keeps a tap descriptor for the VM's start; a newer one under the same name wins.
+func (s *Server) AddTap(name string, f *os.File) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.taps[name]; old != nil {
+		old.Close()
+	}
+	s.taps[name] = f
+	s.opts.Log.V(1).Info("tap received", "name", name)
+}
+
+// ServeFDs accepts connections that hand over tap descriptors until l is closed.
+func (s *Server) ServeFDs(l *net.UnixListener) error {
+	for {
+		conn, err := l.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			defer conn.Close()
+			for {
+				name, f, err := fdpass.Receive(conn)
+				if err != nil {
+					return
+				}
+				s.AddTap(name, f)
+			}
+		}()
+	}
+}
+
+// Sync starts the VM, or reports on it if it was started with the same spec.
+func (s *Server) Sync(ctx context.Context, req *launcherapi.SyncRequest) (*launcherapi.StatusResponse, error) {
+	if req.GetSpec() == nil {
+		return nil, status.Error(codes.InvalidArgument, "spec: required")
+	}
+	s.mu.Lock()
+	if v := s.vm; v != nil {
+		s.mu.Unlock()
+		if !proto.Equal(v.Spec(), req.Spec) {
+			return nil, status.Error(codes.FailedPrecondition, "the VM was started with another spec; changing a running VM needs a restart")
+		}
+		return s.status(ctx, v), nil
+	}
+	taps := make(map[string]*os.File, len(s.taps))
+	for k, f := range s.taps {
+		taps[k] = f
+	}
+	log := s.opts.Log.WithValues("vmi", req.Spec.Namespace+"/"+req.Spec.Name)
+	v := vm.New(vm.Config{Dir: s.opts.Dir, QEMUBinary: s.opts.QEMUBinary, Taps: taps, Log: log})
+	s.vm = v
+	close(s.created)
+	s.mu.Unlock()
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+	defer cancel()
+	if err := v.Start(sctx, req.Spec); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.status(ctx, v), nil
+}
+
+func (s *Server) current() (*vm.VM, error) {
+	if v := s.VM(); v != nil {
+		return v, nil
+	}
+	return nil, status.Error(codes.FailedPrecondition, "no VM: Sync has not been called")
+}
+
+// withVM runs op on the VM and answers with its status.
+func (s *Server) withVM(ctx context.Context, op func(*vm.VM, context.Context) error) (*launcherapi.StatusResponse, error) {
+	v, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	if err := op(v, ctx); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.status(ctx, v), nil
+}
+
+func (s *Server) Pause(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
+	return s.withVM(ctx, (*vm.VM).Pause)
+}
+
+func (s *Server) Unpause(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
+	return s.withVM(ctx, (*vm.VM).Unpause)
+}
+
+func (s *Server) Reset(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
+	return s.withVM(ctx, (*vm.VM).Reset)
+}
+
+func (s *Server) Kill(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
+	return s.withVM(ctx, (*vm.VM).Kill)
+}
+
+// Shutdown returns once QEMU has exited, or with DeadlineExceeded if the caller stops waiting;
+// the shutdown itself goes on either way.
+func (s *Server) Shutdown(ctx context.Context, req *launcherapi.ShutdownRequest) (*launcherapi.StatusResponse, error) {
+	if req.GracePeriodSeconds < 0 {
+		return nil, status.Error(codes.InvalidArgument, "grace_period_seconds: must not be negative")
+	}
+	grace := time.Duration(req.GracePeriodSeconds) * time.Second
+	return s.withVM(ctx, func(v *vm.VM, ctx context.Context) error { return v.Shutdown(ctx, grace) })
+}
+
+func (s *Server) Status(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
+	v := s.VM()
+	if v == nil {
+		return &launcherapi.StatusResponse{State: launcherapi.State_STATE_PENDING}, nil
+	}
+	return s.status(ctx, v), nil
+}
+
+func (s *Server) Stats(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatsResponse, error) {
+	v, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	st, err := v.Stats(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return st, nil
+}
+
+// Events sends the current state, then every change, and ends after QEMU has exited.
+func (s *Server) Events(_ *launcherapi.Empty, stream launcherapi.Launcher_EventsServer) error {
+	select {
+	case <-s.created:
+	case <-stream.Context().Done():
+		return status.FromContextError(stream.Context().Err()).Err()
+	}
+	events, cancel := s.VM().Subscribe()
+	defer cancel()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		case <-stream.Context().Done():
+			return status.FromContextError(stream.Context().Err()).Err()
+		}
+	}
+}
+
+// status adds QEMU's own run state to the VM's status while QEMU is up.
+func (s *Server) status(ctx context.Context, v *vm.VM) *launcherapi.StatusResponse {
+	st := v.Status()
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if qs, err := v.QMPStatus(qctx); err == nil {
+		st.QmpStatus = qs
+	}
+	return st
+}
+
+// toStatus maps launcher errors onto gRPC codes, so the node agent can tell them apart.
+func toStatus(err error) error {
+	var qe *qmp.Error
+	switch {
+	case errors.Is(err, vm.ErrInvalidSpec):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, vm.ErrNotRunning), errors.Is(err, vm.ErrAlreadyStarted):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, qmp.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, qmp.ErrDisconnected):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.As(err, &qe):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
