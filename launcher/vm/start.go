@@ -24,6 +24,19 @@ type phase struct {
 	run  func(ctx context.Context) error
 }
 
+// PhaseTiming is how long one start phase took.
+type PhaseTiming struct {
+	Name string
+	Took time.Duration
+}
+
+// StartTimings returns the durations of the start phases completed so far, in order.
+func (v *VM) StartTimings() []PhaseTiming {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]PhaseTiming(nil), v.timings...)
+}
+
 // balloonPath is the QOM path of the memballoon device built by qemuargs.
 const balloonPath = "/machine/peripheral/balloon0"
 
@@ -66,7 +79,11 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 			v.failStart(err)
 			return err
 		}
-		v.log.V(1).Info("start phase done", "phase", p.name, "took", time.Since(t0))
+		took := time.Since(t0)
+		v.mu.Lock()
+		v.timings = append(v.timings, PhaseTiming{Name: p.name, Took: took})
+		v.mu.Unlock()
+		v.log.V(1).Info("start phase done", "phase", p.name, "took", took)
 	}
 	v.mu.Lock()
 	v.status.StartedUnixNano = time.Now().UnixNano()

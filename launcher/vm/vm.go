@@ -61,6 +61,7 @@ type VM struct {
 	// eventsDone is closed when the QMP event stream has ended.
 	eventsDone   chan struct{}
 	shutdownOnce sync.Once
+	timings      []PhaseTiming
 }
 
 // stopIntent records who asked QEMU to stop, so the exit can be reported with the right reason.
