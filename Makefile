@@ -53,8 +53,12 @@ generate: tools
 guest: apt
 	@bash hack/guest/build.sh $(GUEST)
 
+## run: boot the example VM and print how to reach its console.
+run: apt guest build
+	@bash hack/run-launcher.sh
+
 ## test: every test, with real QEMU under emulation.
-test: deps guest
+test: apt guest
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./...
 
 test-unit:

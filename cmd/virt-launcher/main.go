@@ -10,7 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/klog/v2"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
 
 	"github.com/qvirt/qvirt/launcher/server"
 )
@@ -23,12 +26,21 @@ func main() {
 	flag.DurationVar(&opts.StopGrace, "stop-grace-period", 30*time.Second, "time the guest gets to power off when the launcher is terminated")
 	flag.DurationVar(&opts.Linger, "linger", 5*time.Second, "how long the API stays up after QEMU exits")
 	name := flag.String("vmi", "", "namespace/name of the VMI, for logs")
+	specFile := flag.String("spec", "", "start the VM described by this JSON VMSpec at once, without waiting for the node agent")
 	flag.Parse()
 	if opts.Dir == "" {
 		klog.ErrorS(nil, "--dir is required")
 		os.Exit(2)
 	}
 	opts.Log = klog.Background().WithValues("vmi", *name)
+	if *specFile != "" {
+		spec, err := readSpec(*specFile)
+		if err != nil {
+			klog.ErrorS(err, "reading --spec", "file", *specFile)
+			os.Exit(2)
+		}
+		opts.Spec = spec
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -38,4 +50,16 @@ func main() {
 		os.Exit(1)
 	}
 	klog.Flush()
+}
+
+func readSpec(path string) (*launcherapi.VMSpec, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	spec := &launcherapi.VMSpec{}
+	if err := protojson.Unmarshal(b, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }

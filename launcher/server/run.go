@@ -22,6 +22,8 @@ type RunOptions struct {
 	StopGrace time.Duration
 	// Linger keeps the API up after QEMU exits so the node agent can read the final status.
 	Linger time.Duration
+	// Spec, when set, starts the VM at once instead of waiting for a Sync (standalone use).
+	Spec *launcherapi.VMSpec
 }
 
 // Run serves the launcher API until the VM has exited (plus Linger), or until ctx ends, in
@@ -52,6 +54,11 @@ func Run(ctx context.Context, opts RunOptions) error {
 		stopGRPC(gs)
 	}()
 	log.Info("launcher serving", "socket", apiL.Addr().String())
+	if opts.Spec != nil {
+		if _, err := s.Sync(ctx, &launcherapi.SyncRequest{Spec: opts.Spec}); err != nil {
+			return fmt.Errorf("start VM from spec: %w", err)
+		}
+	}
 
 	// exited stays nil (blocks forever) until a VM exists.
 	var exited <-chan struct{}

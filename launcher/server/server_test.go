@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/qvirt/qvirt/e2e/testenv"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -130,9 +131,9 @@ func TestLauncherAPIDrivesARealVM(t *testing.T) {
 	if _, err := l.client.Sync(ctx, &launcherapi.SyncRequest{Spec: spec}); err != nil {
 		t.Fatalf("second sync: %v", err)
 	}
-	other := *spec
+	other := proto.Clone(spec).(*launcherapi.VMSpec)
 	other.MemoryBytes = 512 << 20
-	_, err = l.client.Sync(ctx, &launcherapi.SyncRequest{Spec: &other})
+	_, err = l.client.Sync(ctx, &launcherapi.SyncRequest{Spec: other})
 	wantCode(t, err, codes.FailedPrecondition)
 
 	con := testenv.DialConsole(t, filepath.Join(l.dir, "serial0.sock"))
