@@ -5,7 +5,7 @@ import (
 	"crypto/x509"
 	"net"
 	"net/http"
-		"os"
+	"os"
 	"testing"
 	"time"
 
