@@ -1,0 +1,107 @@
+package nodeapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Client calls node agents. Its TLS config is fetched per connection so rotated certificates
+// apply without a restart.
+type Client struct {
+	tlsConfig func() (*tls.Config, error)
+}
+
+// NewClient returns a client that presents the certificate tlsConfig returns.
+func NewClient(tlsConfig func() (*tls.Config, error)) *Client {
+	return &Client{tlsConfig: tlsConfig}
+}
+
+func (c *Client) httpClient() (*http.Client, error) {
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}, nil
+}
+
+// Command sends cmd to the VMI on the node agent at endpoint (https://host:port).
+func (c *Client) Command(ctx context.Context, endpoint string, vmi VMI, cmd Command) error {
+	_, err := c.do(ctx, http.MethodPut, endpoint+vmiPath(vmi, string(cmd)))
+	return err
+}
+
+// Screenshot returns a PNG of the VMI's display.
+func (c *Client) Screenshot(ctx context.Context, endpoint string, vmi VMI) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, endpoint+vmiPath(vmi, "screenshot"))
+}
+
+func (c *Client) do(ctx context.Context, method, u string) ([]byte, error) {
+	hc, err := c.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: node agent: %v", ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, decodeError(resp.StatusCode, body)
+	}
+	return body, nil
+}
+
+// Console opens the VMI's serial console.
+func (c *Client) Console(ctx context.Context, endpoint string, vmi VMI) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, endpoint+vmiPath(vmi, "console"))
+}
+
+// VNC opens the VMI's VNC display.
+func (c *Client) VNC(ctx context.Context, endpoint string, vmi VMI, preserveSession bool) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, endpoint+vmiPath(vmi, "vnc")+fmt.Sprintf("?preserveSession=%t", preserveSession))
+}
+
+// PortForward opens a connection to port of the VMI's guest.
+func (c *Client) PortForward(ctx context.Context, endpoint string, vmi VMI, port int, protocol string) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, endpoint+vmiPath(vmi, fmt.Sprintf("portforward/%d/%s", port, protocol)))
+}
+
+func (c *Client) dial(ctx context.Context, u string) (io.ReadWriteCloser, error) {
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	wsURL, err := url.Parse(u)
+	if err != nil {
+		return nil, err
+	}
+	wsURL.Scheme = strings.Replace(wsURL.Scheme, "http", "ws", 1)
+	d := websocket.Dialer{TLSClientConfig: cfg, Subprotocols: []string{Subprotocol}, HandshakeTimeout: 30 * time.Second}
+	ws, resp, err := d.DialContext(ctx, wsURL.String(), nil)
+	if err != nil {
+		if resp != nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return nil, decodeError(resp.StatusCode, bytes.TrimSpace(body))
+		}
+		return nil, fmt.Errorf("%w: node agent: %v", ErrUnavailable, err)
+	}
+	return NewWebsocketStream(ws), nil
+}
