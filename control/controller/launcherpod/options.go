@@ -1,0 +1,76 @@
+package launcherpod
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Defaults of Options.
+const (
+	DefaultImage     = "qvirt/virt-launcher:latest"
+	DefaultVMDirRoot = "/var/run/qvirt/vms"
+)
+
+// Memory overheads of a launcher pod on top of the guest memory. They come from
+// qvirt's own measurements of an idle launcher (Go runtime, gRPC server) and of
+// QEMU with the default device set (code, TCG or KVM state, device buffers),
+// plus a share of guest memory for page tables and I/O buffers that grows with
+// the guest. There is no libvirtd in the pod, which is why they are far below
+// KubeVirt's.
+var (
+	DefaultLauncherOverhead = resource.MustParse("20Mi")
+	DefaultQEMUOverhead     = resource.MustParse("70Mi")
+)
+
+// DefaultGuestOverheadPercent is the share of guest memory added to the overhead.
+const DefaultGuestOverheadPercent = 2
+
+// Options are the cluster-wide knobs of launcher pods.
+type Options struct {
+	// Image of the compute container.
+	Image string
+	// VMDirRoot is the host directory under which each VMI gets <uid>/, shared
+	// between the launcher and the node agent.
+	VMDirRoot string
+	// LauncherOverhead is the memory of the virt-launcher process itself.
+	LauncherOverhead resource.Quantity
+	// QEMUOverhead is QEMU's memory beyond guest RAM.
+	QEMUOverhead resource.Quantity
+	// GuestOverheadPercent of guest memory is added to the overhead.
+	GuestOverheadPercent int64
+}
+
+// DefaultOptions returns Options with every field at its default.
+func DefaultOptions() Options {
+	return Options{
+		Image:                DefaultImage,
+		VMDirRoot:            DefaultVMDirRoot,
+		LauncherOverhead:     DefaultLauncherOverhead.DeepCopy(),
+		QEMUOverhead:         DefaultQEMUOverhead.DeepCopy(),
+		GuestOverheadPercent: DefaultGuestOverheadPercent,
+	}
+}
+
+// withDefaults fills unset string fields; zero overheads are kept, a caller
+// may really want none.
+func (o Options) withDefaults() Options {
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.VMDirRoot == "" {
+		o.VMDirRoot = DefaultVMDirRoot
+	}
+	return o
+}
+
+// Validate reports options no pod can be rendered with.
+func (o Options) Validate() error {
+	if o.LauncherOverhead.Sign() < 0 || o.QEMUOverhead.Sign() < 0 {
+		return fmt.Errorf("memory overheads must not be negative")
+	}
+	if o.GuestOverheadPercent < 0 || o.GuestOverheadPercent > 100 {
+		return fmt.Errorf("guest overhead percent %d is outside 0..100", o.GuestOverheadPercent)
+	}
+	return nil
+}
