@@ -1,0 +1,179 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/gorilla/websocket"
+	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/node/nodeapi"
+)
+
+// runningVMI loads a VMI that must be Running and finds its node agent. A VMI that is not
+// running yet answers 400, which makes virtctl console retry while the VM boots.
+func (s *Server) runningVMI(ctx context.Context, ns, name string) (*v1.VirtualMachineInstance, string, error) {
+	vmi, err := s.getVMI(ctx, ns, name)
+	if err != nil {
+		return nil, "", err
+	}
+	if vmi == nil {
+		return nil, "", notFound(`virtualmachineinstance.kubevirt.io "%s" not found`, name)
+	}
+	if vmi.Status.Phase != v1.Running {
+		return nil, "", badRequest("Unable to connect to VM because phase is %s instead of Running", phaseOr(vmi.Status.Phase))
+	}
+	ep, err := s.opts.Nodes.Endpoint(ctx, vmi.Status.NodeName)
+	if err != nil {
+		return nil, "", err
+	}
+	return vmi, ep, nil
+}
+
+func phaseOr(p v1.VirtualMachineInstancePhase) string {
+	if p == "" {
+		return "Pending"
+	}
+	return string(p)
+}
+
+func isPaused(vmi *v1.VirtualMachineInstance) bool {
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == v1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// command relays pause, unpause, reset and softreboot to the node agent.
+func (s *Server) command(cmd nodeapi.Command) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var o struct {
+			DryRun []string `json:"dryRun,omitempty"`
+		}
+		if err := decodeBody(r, &o); err != nil {
+			writeError(w, err)
+			return
+		}
+		ns, name := r.PathValue("namespace"), r.PathValue("name")
+		vmi, ep, err := s.runningVMI(r.Context(), ns, name)
+		if err != nil {
+			if se, ok := err.(*statusError); ok && se.code == http.StatusBadRequest {
+				err = conflict("VM is not running")
+			}
+			writeError(w, err)
+			return
+		}
+		switch {
+		case cmd == nodeapi.Pause && isPaused(vmi):
+			writeError(w, conflict("VMI is already paused"))
+			return
+		case cmd == nodeapi.Unpause && !isPaused(vmi):
+			writeError(w, conflict("VMI is not paused"))
+			return
+		}
+		if dryRun(o.DryRun) {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		if err := s.opts.NodeClient.Command(r.Context(), ep, nodeapi.VMI{Namespace: ns, Name: name}, cmd); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (s *Server) screenshot(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	_, ep, err := s.runningVMI(r.Context(), ns, name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	png, err := s.opts.NodeClient.Screenshot(r.Context(), ep, nodeapi.VMI{Namespace: ns, Name: name})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "image/png")
+	_, _ = w.Write(png)
+}
+
+// guestAgent answers the guest-agent queries: qvirt guests have no agent channel yet.
+func (s *Server) guestAgent(w http.ResponseWriter, r *http.Request) {
+	if _, _, err := s.runningVMI(r.Context(), r.PathValue("namespace"), r.PathValue("name")); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeError(w, conflict("VMI does not have guest agent connected"))
+}
+
+func (s *Server) console(w http.ResponseWriter, r *http.Request) {
+	s.relay(w, r, func(ctx context.Context, ep string, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+		return s.opts.NodeClient.Console(ctx, ep, vmi)
+	})
+}
+
+func (s *Server) vnc(w http.ResponseWriter, r *http.Request) {
+	preserve, _ := strconv.ParseBool(r.URL.Query().Get("preserveSession"))
+	s.relay(w, r, func(ctx context.Context, ep string, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+		return s.opts.NodeClient.VNC(ctx, ep, vmi, preserve)
+	})
+}
+
+// portForward serves both virtualmachines/{name} and virtualmachineinstances/{name}: a VM's
+// instance carries the VM's name.
+func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeError(w, badRequest("port %q is not a valid port", r.PathValue("port")))
+		return
+	}
+	proto := r.PathValue("protocol")
+	if proto != "tcp" && proto != "udp" {
+		writeError(w, badRequest("protocol %q is neither tcp nor udp", proto))
+		return
+	}
+	s.relay(w, r, func(ctx context.Context, ep string, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+		return s.opts.NodeClient.PortForward(ctx, ep, vmi, port, proto)
+	})
+}
+
+var upgrader = websocket.Upgrader{
+	Subprotocols: []string{nodeapi.Subprotocol},
+	// Requests arrive through the kube-apiserver's aggregation layer, authenticated there;
+	// no browser talks to virt-api directly.
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// relay opens the node agent's stream before upgrading, so a VM that cannot be reached gets a
+// plain HTTP error (and virtctl's retry), then splices the two websockets.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, open func(context.Context, string, nodeapi.VMI) (io.ReadWriteCloser, error)) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	_, ep, err := s.runningVMI(r.Context(), ns, name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	vmi := nodeapi.VMI{Namespace: ns, Name: name}
+	backend, err := open(context.WithoutCancel(r.Context()), ep, vmi)
+	if err != nil {
+		writeError(w, fmt.Errorf("%s: %w", vmi, err))
+		return
+	}
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		backend.Close()
+		return
+	}
+	log := s.opts.Log.WithValues("vmi", vmi.String(), "user", userFrom(r.Context()).Name, "path", r.URL.Path)
+	log.Info("stream opened")
+	nodeapi.Splice(nodeapi.NewWebsocketStream(ws), backend)
+	log.Info("stream closed")
+}
