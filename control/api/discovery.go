@@ -39,7 +39,9 @@ func apiResourceList() *metav1.APIResourceList {
 	return l
 }
 
-func (s *Server) discoveryGroup(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, apiGroup()) }
+func (s *Server) discoveryGroup(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, 200, apiGroup())
+}
 
 func (s *Server) discoveryVersion(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, 200, apiResourceList())
