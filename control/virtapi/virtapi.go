@@ -1,0 +1,138 @@
+// Package virtapi assembles virt-api: the admission webhooks and the aggregated subresource
+// API on one TLS listener, with configuration followed from the KubeVirt CR.
+package virtapi
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+
+	"github.com/qvirt/qvirt/control/api"
+	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/control/webhooks"
+	"github.com/qvirt/qvirt/internal/tlsfiles"
+	"github.com/qvirt/qvirt/node/nodeapi"
+)
+
+// Options configure virt-api.
+type Options struct {
+	REST      *rest.Config
+	Namespace string
+	Listen    string
+
+	TLSCertFile, TLSKeyFile string
+
+	RequestHeaderCAFile       string
+	RequestHeaderAllowedNames []string
+
+	NodeCAFile, NodeClientCertFile, NodeClientKeyFile string
+	NodeServerName                                    string
+
+	// Privileged users and groups may edit VMI status and reserved labels (the components).
+	PrivilegedUsers, PrivilegedGroups []string
+
+	Log logr.Logger
+}
+
+// Run serves until ctx ends. It returns after the listener is bound and serving fails, or
+// after a clean shutdown.
+func Run(ctx context.Context, o Options) error {
+	return run(ctx, o, o.Log, make(chan net.Addr, 1))
+}
+
+// Start is Run in the background; it returns the bound address once serving.
+func Start(ctx context.Context, o Options) (net.Addr, <-chan error, error) {
+	ready := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, o, o.Log, ready) }()
+	select {
+	case addr := <-ready:
+		return addr, errc, nil
+	case err := <-errc:
+		return nil, nil, err
+	}
+}
+
+func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr) error {
+	watcher, err := config.NewWatcher(o.REST, o.Namespace, config.VirtAPI, log.WithName("config"))
+	if err != nil {
+		return err
+	}
+	if err := watcher.Start(ctx); err != nil {
+		return fmt.Errorf("watch KubeVirt configuration: %w", err)
+	}
+	cur := watcher.Current()
+	clients, err := api.NewReloadingClients(o.REST, cur.QPS, cur.Burst)
+	if err != nil {
+		return err
+	}
+	watcher.OnChange(func(s config.Snapshot) {
+		if err := clients.SetRateLimit(s.QPS, s.Burst); err != nil {
+			log.Error(err, "applying new client rate limits")
+		}
+	})
+
+	serving, err := tlsfiles.NewKeyPair(o.TLSCertFile, o.TLSKeyFile)
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	rhCA, err := tlsfiles.NewCAPool(o.RequestHeaderCAFile)
+	if err != nil {
+		return fmt.Errorf("requestheader CA: %w", err)
+	}
+	nodeCA, err := tlsfiles.NewCAPool(o.NodeCAFile)
+	if err != nil {
+		return fmt.Errorf("node agent CA: %w", err)
+	}
+	nodeCert, err := tlsfiles.NewKeyPair(o.NodeClientCertFile, o.NodeClientKeyFile)
+	if err != nil {
+		return fmt.Errorf("node agent client certificate: %w", err)
+	}
+	nodeClient := nodeapi.NewClient(func() (*tls.Config, error) {
+		return tlsfiles.ClientConfig(nodeCert, nodeCA, o.NodeServerName)
+	})
+
+	sub := api.NewServer(api.Options{
+		Clients:    clients,
+		Authn:      &api.RequestHeaderAuth{CA: rhCA, AllowedNames: o.RequestHeaderAllowedNames},
+		Authz:      &api.SARAuthorizer{Client: clients.Kube},
+		Nodes:      api.AnnotationResolver{Clients: clients},
+		NodeClient: nodeClient,
+		Log:        log.WithName("subresources"),
+	})
+	mux := http.NewServeMux()
+	webhooks.Register(mux, watcher, webhooks.Options{
+		Privileged: webhooks.Privileges{Users: o.PrivilegedUsers, Groups: o.PrivilegedGroups},
+		Logger:     log.WithName("webhooks"),
+	})
+	mux.Handle("/apis/", sub)
+	// Probes for kubelet: no authentication, no dependencies.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+
+	l, err := tls.Listen("tcp", o.Listen, tlsfiles.ServerConfig(serving, nil))
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	log.Info("virt-api serving", "address", l.Addr().String(), "privilegedUsers", strings.Join(o.PrivilegedUsers, ","))
+	ready <- l.Addr()
+	if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
