@@ -83,10 +83,11 @@ func compareFields(p *field.Path, raw, typed any) field.ErrorList {
 			switch {
 			case known:
 				errs = append(errs, compareFields(kp, r[k], tv)...)
+			case kubevirtOnlyFields[k] != "" && !isEmptyList(r[k]):
+				// Presence alone means something here: slirp: {} is a binding.
+				errs = append(errs, unsupported(kp, kubevirtOnlyFields[k]))
 			case isEmptyJSON(r[k]):
 				// an empty value that omitempty dropped
-			case kubevirtOnlyFields[k] != "":
-				errs = append(errs, unsupported(kp, kubevirtOnlyFields[k]))
 			default:
 				errs = append(errs, notSupported(kp, nil, "unknown field %q", kp.String()))
 			}
@@ -107,6 +108,11 @@ func childPath(p *field.Path, k string) *field.Path {
 		return field.NewPath(k)
 	}
 	return p.Child(k)
+}
+
+func isEmptyList(v any) bool {
+	l, ok := v.([]any)
+	return v == nil || (ok && len(l) == 0)
 }
 
 func isEmptyJSON(v any) bool {
