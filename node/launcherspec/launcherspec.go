@@ -1,0 +1,281 @@
+// Package launcherspec turns a VirtualMachineInstance into the launcher's own VM spec. This is
+// where Kubernetes' API stops: volumes become file paths and interfaces become tap descriptors,
+// so the launcher never sees the CRD.
+package launcherspec
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+)
+
+// ErrImageNotFound is returned by an ImageResolver for an image it cannot provide.
+var ErrImageNotFound = errors.New("image not found")
+
+// ImageResolver finds files inside container images (containerDisk, kernelBoot).
+type ImageResolver interface {
+	// File returns the host path of path inside image. An empty path asks for the image's
+	// single disk file, as KubeVirt looks up containerDisk images.
+	File(image, path string) (string, error)
+}
+
+// NIC is a pod-network interface the node agent has plumbed for the VM.
+type NIC struct {
+	// TapFDName is the name the tap descriptor is handed to the launcher under.
+	TapFDName string
+	// MAC the guest must use (from the spec, or chosen by the binding).
+	MAC string
+}
+
+// Env is what the node contributes to a VM spec.
+type Env struct {
+	UseEmulation bool
+	Images       ImageResolver
+	// NICs by interface name; an interface without an entry is an error.
+	NICs map[string]NIC
+	// PVCPath returns the disk image path of a persistent volume claim in the launcher pod.
+	PVCPath func(claimName string) (string, error)
+}
+
+// Build converts vmi. Errors name the VMI field that could not be honoured.
+func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error) {
+	spec := &vmi.Spec
+	dom := &spec.Domain
+	root := field.NewPath("spec", "domain")
+	var errs field.ErrorList
+
+	out := &launcherapi.VMSpec{
+		Namespace: vmi.Namespace, Name: vmi.Name, Uid: string(vmi.UID),
+		MachineType: machineType(dom),
+		Accel:       launcherapi.Accel_ACCEL_KVM,
+		Acpi:        dom.Features == nil || dom.Features.ACPI.Enabled == nil || *dom.Features.ACPI.Enabled,
+		Devices: &launcherapi.Devices{
+			SerialConsole: notFalse(dom.Devices.AutoattachSerialConsole),
+			Vnc:           notFalse(dom.Devices.AutoattachGraphicsDevice),
+			MemBalloon:    notFalse(dom.Devices.AutoattachMemBalloon),
+			Rng:           dom.Devices.Rng != nil,
+		},
+	}
+	if env.UseEmulation {
+		out.Accel = launcherapi.Accel_ACCEL_TCG
+	}
+	if c := dom.CPU; c != nil {
+		out.Cpu = &launcherapi.CPU{Sockets: c.Sockets, Cores: c.Cores, Threads: c.Threads, Model: c.Model}
+	}
+	mem, err := guestMemory(dom)
+	if err != nil {
+		errs = append(errs, field.Required(root.Child("memory", "guest"), err.Error()))
+	}
+	out.MemoryBytes = mem
+
+	fw, ferrs := firmware(dom.Firmware, env, root.Child("firmware"))
+	out.Firmware, errs = fw, append(errs, ferrs...)
+
+	disks, derrs := disks(vmi, env)
+	out.Disks, errs = disks, append(errs, derrs...)
+
+	for i, in := range dom.Devices.Interfaces {
+		nic, ok := env.NICs[in.Name]
+		if !ok {
+			errs = append(errs, field.NotFound(root.Child("devices", "interfaces").Index(i).Child("name"), in.Name))
+			continue
+		}
+		mac := in.MacAddress
+		if mac == "" {
+			mac = nic.MAC
+		}
+		out.Interfaces = append(out.Interfaces, &launcherapi.Interface{Name: in.Name, Model: "virtio", MacAddress: mac, TapFdName: nic.TapFDName, BootOrder: bootOrder(in.BootOrder)})
+	}
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return out, nil
+}
+
+func notFalse(b *bool) bool { return b == nil || *b }
+
+func bootOrder(b *uint) uint32 {
+	if b == nil {
+		return 0
+	}
+	return uint32(*b)
+}
+
+// machineType maps KubeVirt's machine types onto the two QEMU families the launcher knows.
+func machineType(dom *v1.DomainSpec) string {
+	if dom.Machine == nil || dom.Machine.Type == "" {
+		return "q35"
+	}
+	t := dom.Machine.Type
+	switch {
+	case t == "q35" || len(t) >= 7 && t[:7] == "pc-q35-":
+		return "q35"
+	case t == "pc" || len(t) >= 10 && t[:10] == "pc-i440fx-":
+		return "pc"
+	}
+	return t // the launcher refuses it with a clear error
+}
+
+// guestMemory is memory.guest, else the memory request, else the limit (the webhook normally
+// filled guest already).
+func guestMemory(dom *v1.DomainSpec) (uint64, error) {
+	if dom.Memory != nil && dom.Memory.Guest != nil {
+		return uint64(dom.Memory.Guest.Value()), nil
+	}
+	for _, l := range []corev1.ResourceList{dom.Resources.Requests, dom.Resources.Limits} {
+		if q, ok := l[corev1.ResourceMemory]; ok {
+			return uint64(q.Value()), nil
+		}
+	}
+	return 0, errors.New("the VM needs guest memory")
+}
+
+func firmware(fw *v1.Firmware, env Env, p *field.Path) (*launcherapi.Firmware, field.ErrorList) {
+	if fw == nil {
+		return nil, nil
+	}
+	out := &launcherapi.Firmware{Uuid: string(fw.UUID), Serial: fw.Serial}
+	kb := fw.KernelBoot
+	if kb == nil || kb.Container == nil {
+		return out, nil
+	}
+	c := kb.Container
+	out.KernelBoot = &launcherapi.KernelBoot{Cmdline: kb.KernelArgs}
+	var errs field.ErrorList
+	if c.KernelPath != "" {
+		path, err := env.Images.File(c.Image, c.KernelPath)
+		if err != nil {
+			errs = append(errs, field.Invalid(p.Child("kernelBoot", "container", "kernelPath"), c.KernelPath, err.Error()))
+		}
+		out.KernelBoot.KernelPath = path
+	}
+	if c.InitrdPath != "" {
+		path, err := env.Images.File(c.Image, c.InitrdPath)
+		if err != nil {
+			errs = append(errs, field.Invalid(p.Child("kernelBoot", "container", "initrdPath"), c.InitrdPath, err.Error()))
+		}
+		out.KernelBoot.InitrdPath = path
+	}
+	return out, errs
+}
+
+func disks(vmi *v1.VirtualMachineInstance, env Env) ([]*launcherapi.Disk, field.ErrorList) {
+	var errs field.ErrorList
+	volumes := map[string]*v1.Volume{}
+	for i := range vmi.Spec.Volumes {
+		volumes[vmi.Spec.Volumes[i].Name] = &vmi.Spec.Volumes[i]
+	}
+	dp := field.NewPath("spec", "domain", "devices", "disks")
+	var out []*launcherapi.Disk
+	for i, d := range vmi.Spec.Domain.Devices.Disks {
+		p := dp.Index(i)
+		ld := &launcherapi.Disk{Name: d.Name, BootOrder: bootOrder(d.BootOrder), Serial: d.Serial}
+		switch {
+		case d.CDRom != nil:
+			ld.Device = launcherapi.DiskDevice_DISK_DEVICE_CDROM
+			ld.Bus = bus(d.CDRom.Bus)
+			ld.ReadOnly = true
+		case d.LUN != nil:
+			ld.Bus, ld.ReadOnly = bus(d.LUN.Bus), d.LUN.ReadOnly
+		case d.Disk != nil:
+			ld.Bus, ld.ReadOnly = bus(d.Disk.Bus), d.Disk.ReadOnly
+		default:
+			ld.Bus = launcherapi.Bus_BUS_VIRTIO
+		}
+		vol, ok := volumes[d.Name]
+		if !ok {
+			errs = append(errs, field.NotFound(p.Child("name"), d.Name))
+			continue
+		}
+		if err := source(ld, vol, env); err != nil {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "volumes").Key(vol.Name), vol.Name, err.Error()))
+			continue
+		}
+		out = append(out, ld)
+	}
+	return out, errs
+}
+
+func bus(b v1.DiskBus) launcherapi.Bus {
+	switch b {
+	case "virtio", "":
+		return launcherapi.Bus_BUS_VIRTIO
+	case "sata":
+		return launcherapi.Bus_BUS_SATA
+	case "scsi":
+		return launcherapi.Bus_BUS_SCSI
+	}
+	return launcherapi.Bus(-1) // refused by the launcher with the field named
+}
+
+func source(ld *launcherapi.Disk, vol *v1.Volume, env Env) error {
+	switch {
+	case vol.ContainerDisk != nil:
+		path, err := env.Images.File(vol.ContainerDisk.Image, vol.ContainerDisk.Path)
+		if err != nil {
+			return err
+		}
+		ld.Source = &launcherapi.Disk_ContainerDisk{ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: path, BaseFormat: imageFormat(path)}}
+	case vol.CloudInitNoCloud != nil:
+		ci := vol.CloudInitNoCloud
+		user, err := pick(ci.UserData, ci.UserDataBase64)
+		if err != nil {
+			return fmt.Errorf("userDataBase64: %w", err)
+		}
+		network, err := pick(ci.NetworkData, ci.NetworkDataBase64)
+		if err != nil {
+			return fmt.Errorf("networkDataBase64: %w", err)
+		}
+		ld.Source = &launcherapi.Disk_CloudInitNoCloud{CloudInitNoCloud: &launcherapi.CloudInitNoCloudSource{UserData: user, NetworkData: network}}
+	case vol.EmptyDisk != nil:
+		ld.Source = &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: uint64(vol.EmptyDisk.Capacity.Value())}}
+	case vol.HostDisk != nil:
+		fs := &launcherapi.FileSource{Path: vol.HostDisk.Path}
+		if vol.HostDisk.Type == "DiskOrCreate" {
+			fs.CreateBytes = uint64(vol.HostDisk.Capacity.Value())
+		}
+		ld.Source = &launcherapi.Disk_File{File: fs}
+	case vol.PersistentVolumeClaim != nil:
+		if env.PVCPath == nil {
+			return errors.New("persistent volume claims are not available on this node")
+		}
+		path, err := env.PVCPath(vol.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			return err
+		}
+		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: path, Format: imageFormat(path)}}
+	default:
+		return errors.New("this volume type is not supported by qvirt")
+	}
+	return nil
+}
+
+func pick(plain, b64 string) (string, error) {
+	if plain != "" || b64 == "" {
+		return plain, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(b64)
+	return string(b), err
+}
+
+// imageFormat reads the qcow2 magic; anything else is used raw, as QEMU would probe it.
+func imageFormat(path string) launcherapi.ImageFormat {
+	f, err := os.Open(path)
+	if err != nil {
+		return launcherapi.ImageFormat_IMAGE_FORMAT_RAW
+	}
+	defer f.Close()
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err == nil && string(magic) == "QFI\xfb" {
+		return launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2
+	}
+	return launcherapi.ImageFormat_IMAGE_FORMAT_RAW
+}
