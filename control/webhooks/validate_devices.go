@@ -207,7 +207,7 @@ func validateCloudInit(cp *field.Path, ci *v1.CloudInitNoCloudSource) field.Erro
 			data, err := base64.StdEncoding.DecodeString(b64)
 			if err != nil {
 				bp := cp.Child(b64Field)
-				errs = append(errs, invalid(bp, nil, "%s.%s is not a valid base64 value.", bp, b64Field))
+				errs = append(errs, invalid(bp, nil, "%s is not a valid base64 value.", bp))
 			}
 			length = len(data)
 		}
