@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -165,4 +166,12 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func mustURL(path string) *url.URL {
+	u, err := url.Parse(path)
+	if err != nil {
+		panic(err)
+	}
+	return u
 }
