@@ -1898,6 +1898,50 @@ func (x *BlockStats) GetFlushTimeNs() uint64 {
 	return 0
 }
 
+type ScreenshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Png           []byte                 `protobuf:"bytes,1,opt,name=png,proto3" json:"png,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScreenshotResponse) Reset() {
+	*x = ScreenshotResponse{}
+	mi := &file_launcher_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScreenshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScreenshotResponse) ProtoMessage() {}
+
+func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
+func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ScreenshotResponse) GetPng() []byte {
+	if x != nil {
+		return x.Png
+	}
+	return nil
+}
+
 var File_launcher_proto protoreflect.FileDescriptor
 
 const file_launcher_proto_rawDesc = "" +
@@ -2039,7 +2083,9 @@ const file_launcher_proto_rawDesc = "" +
 	"\fread_time_ns\x18\a \x01(\x04R\n" +
 	"readTimeNs\x12\"\n" +
 	"\rwrite_time_ns\x18\b \x01(\x04R\vwriteTimeNs\x12\"\n" +
-	"\rflush_time_ns\x18\t \x01(\x04R\vflushTimeNs*<\n" +
+	"\rflush_time_ns\x18\t \x01(\x04R\vflushTimeNs\"&\n" +
+	"\x12ScreenshotResponse\x12\x10\n" +
+	"\x03png\x18\x01 \x01(\fR\x03png*<\n" +
 	"\x05Accel\x12\x15\n" +
 	"\x11ACCEL_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tACCEL_KVM\x10\x01\x12\r\n" +
@@ -2073,7 +2119,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x14EXIT_REASON_SHUTDOWN\x10\x02\x12\x16\n" +
 	"\x12EXIT_REASON_KILLED\x10\x03\x12\x17\n" +
 	"\x13EXIT_REASON_CRASHED\x10\x04\x12\x1c\n" +
-	"\x18EXIT_REASON_FAILED_START\x10\x052\x8d\x05\n" +
+	"\x18EXIT_REASON_FAILED_START\x10\x052\xdc\x05\n" +
 	"\bLauncher\x12I\n" +
 	"\x04Sync\x12\x1e.qvirt.launcher.v1.SyncRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12D\n" +
 	"\x05Pause\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12F\n" +
@@ -2082,7 +2128,9 @@ const file_launcher_proto_rawDesc = "" +
 	"\x04Kill\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12D\n" +
 	"\x05Reset\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12C\n" +
 	"\x05Stats\x12\x18.qvirt.launcher.v1.Empty\x1a .qvirt.launcher.v1.StatsResponse\x12E\n" +
-	"\x06Status\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12>\n" +
+	"\x06Status\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12M\n" +
+	"\n" +
+	"Screenshot\x12\x18.qvirt.launcher.v1.Empty\x1a%.qvirt.launcher.v1.ScreenshotResponse\x12>\n" +
 	"\x06Events\x12\x18.qvirt.launcher.v1.Empty\x1a\x18.qvirt.launcher.v1.Event0\x01B1Z/github.com/qvirt/qvirt/launcher/api;launcherapib\x06proto3"
 
 var (
@@ -2098,7 +2146,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_launcher_proto_goTypes = []any{
 	(Accel)(0),                     // 0: qvirt.launcher.v1.Accel
 	(Bus)(0),                       // 1: qvirt.launcher.v1.Bus
@@ -2127,6 +2175,7 @@ var file_launcher_proto_goTypes = []any{
 	(*VCPUStats)(nil),              // 24: qvirt.launcher.v1.VCPUStats
 	(*MemoryStats)(nil),            // 25: qvirt.launcher.v1.MemoryStats
 	(*BlockStats)(nil),             // 26: qvirt.launcher.v1.BlockStats
+	(*ScreenshotResponse)(nil),     // 27: qvirt.launcher.v1.ScreenshotResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	0,  // 0: qvirt.launcher.v1.VMSpec.accel:type_name -> qvirt.launcher.v1.Accel
@@ -2161,18 +2210,20 @@ var file_launcher_proto_depIdxs = []int32{
 	17, // 29: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
 	17, // 30: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
 	17, // 31: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 32: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	20, // 33: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 34: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 35: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 36: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 37: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 38: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	22, // 39: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 40: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	21, // 41: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	33, // [33:42] is the sub-list for method output_type
-	24, // [24:33] is the sub-list for method input_type
+	17, // 32: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	17, // 33: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	20, // 34: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 35: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 36: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 37: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 38: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 39: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	22, // 40: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	20, // 41: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	27, // 42: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	21, // 43: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -2195,7 +2246,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,15 +22,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Launcher_Sync_FullMethodName     = "/qvirt.launcher.v1.Launcher/Sync"
-	Launcher_Pause_FullMethodName    = "/qvirt.launcher.v1.Launcher/Pause"
-	Launcher_Unpause_FullMethodName  = "/qvirt.launcher.v1.Launcher/Unpause"
-	Launcher_Shutdown_FullMethodName = "/qvirt.launcher.v1.Launcher/Shutdown"
-	Launcher_Kill_FullMethodName     = "/qvirt.launcher.v1.Launcher/Kill"
-	Launcher_Reset_FullMethodName    = "/qvirt.launcher.v1.Launcher/Reset"
-	Launcher_Stats_FullMethodName    = "/qvirt.launcher.v1.Launcher/Stats"
-	Launcher_Status_FullMethodName   = "/qvirt.launcher.v1.Launcher/Status"
-	Launcher_Events_FullMethodName   = "/qvirt.launcher.v1.Launcher/Events"
+	Launcher_Sync_FullMethodName       = "/qvirt.launcher.v1.Launcher/Sync"
+	Launcher_Pause_FullMethodName      = "/qvirt.launcher.v1.Launcher/Pause"
+	Launcher_Unpause_FullMethodName    = "/qvirt.launcher.v1.Launcher/Unpause"
+	Launcher_Shutdown_FullMethodName   = "/qvirt.launcher.v1.Launcher/Shutdown"
+	Launcher_Kill_FullMethodName       = "/qvirt.launcher.v1.Launcher/Kill"
+	Launcher_Reset_FullMethodName      = "/qvirt.launcher.v1.Launcher/Reset"
+	Launcher_Stats_FullMethodName      = "/qvirt.launcher.v1.Launcher/Stats"
+	Launcher_Status_FullMethodName     = "/qvirt.launcher.v1.Launcher/Status"
+	Launcher_Screenshot_FullMethodName = "/qvirt.launcher.v1.Launcher/Screenshot"
+	Launcher_Events_FullMethodName     = "/qvirt.launcher.v1.Launcher/Events"
 )
 
 // LauncherClient is the client API for Launcher service.
@@ -47,6 +48,8 @@ type LauncherClient interface {
 	Reset(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
 	Stats(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatsResponse, error)
 	Status(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Screenshot returns the display as PNG.
+	Screenshot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ScreenshotResponse, error)
 	// Events streams lifecycle events; the current state is sent first.
 	Events(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 }
@@ -139,6 +142,16 @@ func (c *launcherClient) Status(ctx context.Context, in *Empty, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *launcherClient) Screenshot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ScreenshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScreenshotResponse)
+	err := c.cc.Invoke(ctx, Launcher_Screenshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *launcherClient) Events(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Launcher_ServiceDesc.Streams[0], Launcher_Events_FullMethodName, cOpts...)
@@ -172,6 +185,8 @@ type LauncherServer interface {
 	Reset(context.Context, *Empty) (*StatusResponse, error)
 	Stats(context.Context, *Empty) (*StatsResponse, error)
 	Status(context.Context, *Empty) (*StatusResponse, error)
+	// Screenshot returns the display as PNG.
+	Screenshot(context.Context, *Empty) (*ScreenshotResponse, error)
 	// Events streams lifecycle events; the current state is sent first.
 	Events(*Empty, grpc.ServerStreamingServer[Event]) error
 	mustEmbedUnimplementedLauncherServer()
@@ -207,6 +222,9 @@ func (UnimplementedLauncherServer) Stats(context.Context, *Empty) (*StatsRespons
 }
 func (UnimplementedLauncherServer) Status(context.Context, *Empty) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedLauncherServer) Screenshot(context.Context, *Empty) (*ScreenshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Screenshot not implemented")
 }
 func (UnimplementedLauncherServer) Events(*Empty, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Events not implemented")
@@ -376,6 +394,24 @@ func _Launcher_Status_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_Screenshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).Screenshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_Screenshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).Screenshot(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Launcher_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(Empty)
 	if err := stream.RecvMsg(m); err != nil {
@@ -425,6 +461,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Launcher_Status_Handler,
+		},
+		{
+			MethodName: "Screenshot",
+			Handler:    _Launcher_Screenshot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -196,6 +196,19 @@ func (s *Server) Stats(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.
 	return st, nil
 }
 
+// Screenshot returns the display as PNG.
+func (s *Server) Screenshot(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.ScreenshotResponse, error) {
+	v, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	png, err := v.Screenshot(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &launcherapi.ScreenshotResponse{Png: png}, nil
+}
+
 // Events sends the current state, then every change, and ends after QEMU has exited.
 func (s *Server) Events(_ *launcherapi.Empty, stream launcherapi.Launcher_EventsServer) error {
 	select {

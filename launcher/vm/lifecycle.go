@@ -3,6 +3,8 @@ package vm
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -162,4 +164,21 @@ func (v *VM) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Screenshot returns the guest's display as PNG (QMP screendump into the VM directory).
+func (v *VM) Screenshot(ctx context.Context) ([]byte, error) {
+	mon, err := v.live()
+	if err != nil {
+		return nil, err
+	}
+	if !v.Spec().GetDevices().GetVnc() {
+		return nil, fmt.Errorf("%w: the VM has no display", ErrInvalidSpec)
+	}
+	path := filepath.Join(v.layout.Dir, "screenshot.png")
+	defer os.Remove(path)
+	if err := mon.Screendump(ctx, path, "png"); err != nil {
+		return nil, fmt.Errorf("screendump: %w", err)
+	}
+	return os.ReadFile(path)
 }

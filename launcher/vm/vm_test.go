@@ -109,6 +109,16 @@ func TestBootConsoleVNCPauseStats(t *testing.T) {
 		}
 	})
 
+	t.Run("screenshot is a PNG", func(t *testing.T) {
+		png, err := v.Screenshot(within(t, 30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(png) < 100 || string(png[:8]) != "\x89PNG\r\n\x1a\n" {
+			t.Errorf("not a PNG: %d bytes %q", len(png), png[:min(8, len(png))])
+		}
+	})
+
 	t.Run("pause stops the guest", func(t *testing.T) {
 		ctx := within(t, 30*time.Second)
 		if err := v.Pause(ctx); err != nil {
