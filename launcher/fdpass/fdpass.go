@@ -6,6 +6,7 @@ package fdpass
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 
@@ -39,6 +40,9 @@ func Receive(conn *net.UnixConn) (string, *os.File, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	if n == 0 && oobn == 0 {
+		return "", nil, io.EOF
+	}
 	if flags&unix.MSG_CTRUNC != 0 {
 		return "", nil, errors.New("fdpass: control message truncated")
 	}
@@ -66,4 +70,21 @@ func Receive(conn *net.UnixConn) (string, *os.File, error) {
 	}
 	unix.CloseOnExec(fds[0])
 	return name, os.NewFile(uintptr(fds[0]), name), nil
+}
+
+// SendAll passes every descriptor, then waits until the peer has taken them all (it closes
+// the connection after reading to the end), so the caller may rely on them being there.
+func SendAll(conn *net.UnixConn, files map[string]*os.File) error {
+	for name, f := range files {
+		if err := Send(conn, name, f); err != nil {
+			return err
+		}
+	}
+	if err := conn.CloseWrite(); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		return fmt.Errorf("fdpass: waiting for the peer: %w", err)
+	}
+	return nil
 }

@@ -61,3 +61,45 @@ func TestSendRejectsBadName(t *testing.T) {
 		t.Error("empty name accepted")
 	}
 }
+
+func TestSendAllWaitsForThePeer(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "fds.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			name, f, err := Receive(c)
+			if err != nil {
+				return
+			}
+			got[name] = true
+			f.Close()
+		}
+	}()
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	defer w.Close()
+	if err := SendAll(c, map[string]*os.File{"a": r, "b": w}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if !got["a"] || !got["b"] {
+		t.Errorf("peer got %v", got)
+	}
+}

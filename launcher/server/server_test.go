@@ -108,12 +108,11 @@ func TestLauncherAPIDrivesARealVM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := fdpass.Send(conn, "tap-default", tap); err != nil {
+		if err := fdpass.SendAll(conn, map[string]*os.File{"tap-default": tap}); err != nil {
 			t.Fatal(err)
 		}
 		conn.Close()
 		spec.Interfaces = []*launcherapi.Interface{{Name: "default", MacAddress: mac, TapFdName: "tap-default"}}
-		time.Sleep(200 * time.Millisecond) // let the launcher take the descriptor before Sync
 	}
 
 	events, err := l.client.Events(ctx, &launcherapi.Empty{})
