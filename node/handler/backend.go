@@ -1,0 +1,169 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/node/nodeapi"
+)
+
+// Backend serves the node API from the VMs this node agent runs.
+func (h *Handler) Backend() nodeapi.Backend { return backend{h} }
+
+type backend struct{ h *Handler }
+
+// running returns the VM's state if QEMU runs, so streams and commands have something to reach.
+func (b backend) running(vmi nodeapi.VMI) (*vmState, error) {
+	st := b.h.stateByName(vmi.Namespace, vmi.Name)
+	if st == nil {
+		return nil, fmt.Errorf("%w: %s", nodeapi.ErrNotFound, vmi)
+	}
+	if ls := st.lastStatus(); !running(ls) || st.launcher() == nil {
+		return nil, fmt.Errorf("%w: %s is not running yet", nodeapi.ErrUnavailable, vmi)
+	}
+	return st, nil
+}
+
+func (b backend) Console(_ context.Context, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	st, err := b.running(vmi)
+	if err != nil {
+		return nil, err
+	}
+	return st.openSession("console", false, func() (net.Conn, error) {
+		return net.Dial("unix", filepath.Join(st.dir, "serial0.sock"))
+	})
+}
+
+func (b backend) VNC(_ context.Context, vmi nodeapi.VMI, preserve bool) (io.ReadWriteCloser, error) {
+	st, err := b.running(vmi)
+	if err != nil {
+		return nil, err
+	}
+	return st.openSession("vnc", preserve, func() (net.Conn, error) {
+		return net.Dial("unix", filepath.Join(st.dir, "vnc.sock"))
+	})
+}
+
+// PortForward connects to the guest from inside the pod's network namespace, where the
+// guest's address is reachable whichever binding wired it.
+func (b backend) PortForward(ctx context.Context, vmi nodeapi.VMI, port int, protocol string) (io.ReadWriteCloser, error) {
+	st, err := b.running(vmi)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	var addr string
+	for _, nic := range st.nics {
+		if nic.GuestAddr != "" {
+			addr = nic.GuestAddr
+			break
+		}
+	}
+	lc := st.lc
+	st.mu.Unlock()
+	if addr == "" {
+		return nil, fmt.Errorf("%w: %s has no pod network interface", nodeapi.ErrConflict, vmi)
+	}
+	target := net.JoinHostPort(addr, strconv.Itoa(port))
+	return dialInNetns(ctx, lc.netnsPath(), protocol, target)
+}
+
+func (b backend) Screenshot(ctx context.Context, vmi nodeapi.VMI) ([]byte, error) {
+	st, err := b.running(vmi)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := st.launcher().client.Screenshot(ctx, &launcherapi.Empty{})
+	if err != nil {
+		return nil, fromGRPC(err)
+	}
+	return resp.Png, nil
+}
+
+func (b backend) Command(ctx context.Context, vmi nodeapi.VMI, cmd nodeapi.Command) error {
+	st, err := b.running(vmi)
+	if err != nil {
+		return err
+	}
+	c := st.launcher().client
+	switch cmd {
+	case nodeapi.Pause:
+		_, err = c.Pause(ctx, &launcherapi.Empty{})
+	case nodeapi.Unpause:
+		_, err = c.Unpause(ctx, &launcherapi.Empty{})
+	case nodeapi.Reset:
+		_, err = c.Reset(ctx, &launcherapi.Empty{})
+	case nodeapi.SoftReboot:
+		return fmt.Errorf("%w: soft reboot needs the guest agent, which qvirt guests do not have yet", nodeapi.ErrConflict)
+	default:
+		return fmt.Errorf("%w: unknown command %q", nodeapi.ErrBadRequest, cmd)
+	}
+	if err != nil {
+		return fromGRPC(err)
+	}
+	b.h.requeue(st.key)
+	return nil
+}
+
+func fromGRPC(err error) error {
+	switch status.Code(err) {
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w: %s", nodeapi.ErrConflict, status.Convert(err).Message())
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s", nodeapi.ErrUnavailable, status.Convert(err).Message())
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", nodeapi.ErrBadRequest, status.Convert(err).Message())
+	}
+	return err
+}
+
+// openSession keeps one session of a kind per VM: a new one closes the old, unless the caller
+// asked to preserve it.
+func (st *vmState) openSession(kind string, preserve bool, dial func() (net.Conn, error)) (io.ReadWriteCloser, error) {
+	st.mu.Lock()
+	if old := st.sessions[kind]; old != nil {
+		if preserve {
+			st.mu.Unlock()
+			return nil, fmt.Errorf("%w: a %s session is already open", nodeapi.ErrSessionBusy, kind)
+		}
+		_ = old.Close()
+		delete(st.sessions, kind)
+	}
+	st.mu.Unlock()
+	conn, err := dial()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", nodeapi.ErrUnavailable, kind, err)
+	}
+	s := &session{Conn: conn}
+	s.onClose = func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.sessions[kind] == s {
+			delete(st.sessions, kind)
+		}
+	}
+	st.mu.Lock()
+	st.sessions[kind] = s
+	st.mu.Unlock()
+	return s, nil
+}
+
+type session struct {
+	net.Conn
+	once    sync.Once
+	onClose func()
+}
+
+func (s *session) Close() error {
+	s.once.Do(s.onClose)
+	return s.Conn.Close()
+}

@@ -1,0 +1,106 @@
+// Package handler is virt-handler's core: for each VMI scheduled to this node it gives the
+// launcher its VM (network plumbed, spec built), follows the launcher's events, reports the
+// VMI's status, and serves the node API (console, VNC, port-forward, commands) to virt-api.
+package handler
+
+import (
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/node/launcherspec"
+)
+
+// Options configure a node agent.
+type Options struct {
+	NodeName string
+	// VMDirRoot holds one directory per VMI (named by its UID), shared with the launchers.
+	VMDirRoot string
+	Images    launcherspec.ImageResolver
+	Network   Network
+	// UseEmulation reports whether guests run under software emulation (KubeVirt CR).
+	UseEmulation func() bool
+	Log          logr.Logger
+}
+
+// Handler tracks the VMs on this node.
+type Handler struct {
+	opts   Options
+	client client.Client
+	log    logr.Logger
+
+	mu     sync.Mutex
+	vms    map[types.UID]*vmState
+	byName map[types.NamespacedName]types.UID
+
+	// wake re-queues a VMI when its launcher reports something.
+	wake chan event.GenericEvent
+}
+
+// New returns a Handler using c for the API.
+func New(c client.Client, opts Options) *Handler {
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	if opts.UseEmulation == nil {
+		opts.UseEmulation = func() bool { return false }
+	}
+	return &Handler{opts: opts, client: c, log: opts.Log, vms: map[types.UID]*vmState{}, byName: map[types.NamespacedName]types.UID{},
+		wake: make(chan event.GenericEvent, 1024)}
+}
+
+func (h *Handler) vmDir(uid types.UID) string { return filepath.Join(h.opts.VMDirRoot, string(uid)) }
+
+// state returns the local state of a VMI, creating it when create is set.
+func (h *Handler) state(vmi *v1.VirtualMachineInstance, create bool) *vmState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st := h.vms[vmi.UID]; st != nil || !create {
+		return st
+	}
+	key := types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}
+	st := &vmState{key: key, uid: vmi.UID, dir: h.vmDir(vmi.UID), sessions: map[string]closer{}}
+	h.vms[vmi.UID] = st
+	h.byName[key] = vmi.UID
+	return st
+}
+
+// stateByName finds a VM by namespace/name, for the node API.
+func (h *Handler) stateByName(ns, name string) *vmState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if uid, ok := h.byName[types.NamespacedName{Namespace: ns, Name: name}]; ok {
+		return h.vms[uid]
+	}
+	return nil
+}
+
+// forget drops a VM's local state once nothing of it remains.
+func (h *Handler) forget(st *vmState) {
+	st.close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.vms[st.uid] == st {
+		delete(h.vms, st.uid)
+	}
+	if h.byName[st.key] == st.uid {
+		delete(h.byName, st.key)
+	}
+}
+
+// requeue asks for a reconcile of key without blocking the caller.
+func (h *Handler) requeue(key types.NamespacedName) {
+	obj := &v1.VirtualMachineInstance{}
+	obj.Namespace, obj.Name = key.Namespace, key.Name
+	select {
+	case h.wake <- event.GenericEvent{Object: obj}:
+	case <-time.After(time.Second):
+		h.log.Info("reconcile queue full; relying on the periodic resync", "vmi", key.String())
+	}
+}

@@ -1,0 +1,91 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/fdpass"
+	"github.com/qvirt/qvirt/launcher/server"
+)
+
+// launcherConn is the node agent's connection to one VM's launcher.
+type launcherConn struct {
+	dir    string
+	conn   *grpc.ClientConn
+	client launcherapi.LauncherClient
+	// pid of the launcher, from the socket's peer credentials: its network namespace is the
+	// pod's, wherever the pod runs (kubelet or the local pod runner).
+	pid int
+}
+
+// dialLauncher connects to the launcher serving in dir. It fails fast while the socket is
+// missing (the pod is still starting), so the caller can retry later.
+func dialLauncher(dir string) (*launcherConn, error) {
+	sock := filepath.Join(dir, server.SocketName)
+	raw, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("launcher socket %s: %w", sock, err)
+	}
+	pid, err := peerPID(raw.(*net.UnixConn))
+	raw.Close()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	return &launcherConn{dir: dir, conn: conn, client: launcherapi.NewLauncherClient(conn), pid: pid}, nil
+}
+
+func peerPID(c *net.UnixConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, fmt.Errorf("launcher peer credentials: %w", serr)
+	}
+	return int(cred.Pid), nil
+}
+
+// netnsPath is the launcher's network namespace.
+func (l *launcherConn) netnsPath() string { return fmt.Sprintf("/proc/%d/ns/net", l.pid) }
+
+// sendTaps hands tap descriptors to the launcher before Sync.
+func (l *launcherConn) sendTaps(taps map[string]*os.File) error {
+	if len(taps) == 0 {
+		return nil
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(l.dir, server.FDSocketName), Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("launcher fd socket: %w", err)
+	}
+	defer c.Close()
+	return fdpass.SendAll(c, taps)
+}
+
+func (l *launcherConn) close() { _ = l.conn.Close() }
+
+// alive reports whether the launcher still answers.
+func (l *launcherConn) status(ctx context.Context) (*launcherapi.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return l.client.Status(ctx, &launcherapi.Empty{})
+}

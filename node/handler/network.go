@@ -1,0 +1,50 @@
+package handler
+
+import (
+	"context"
+	"os"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+)
+
+// PlumbedNIC is one guest interface wired into the pod's network.
+type PlumbedNIC struct {
+	// Tap is handed to the launcher; the node agent closes its copy afterwards.
+	Tap *os.File
+	MAC string
+	// IPs the network sees for the guest (the pod's, for both bindings).
+	IPs []string
+	// PodInterfaceName is the pod interface the guest's traffic uses (eth0).
+	PodInterfaceName string
+	// GuestAddr is the guest's address as reachable from inside the pod's namespace: where
+	// port-forward connects.
+	GuestAddr string
+}
+
+// Network wires a VMI's interfaces inside the launcher's network namespace.
+type Network interface {
+	// Setup is idempotent: after a node agent restart it finds what exists, restarts what
+	// only lived in the old process (such as the DHCP server), and returns the same answer.
+	Setup(ctx context.Context, netnsPath string, vmi *v1.VirtualMachineInstance, iface v1.Interface) (*PlumbedNIC, error)
+	// Teardown releases what Setup holds in this process for the VMI with this UID.
+	Teardown(uid types.UID)
+}
+
+// podInterfaces returns the interfaces on the pod network: the only kind qvirt wires.
+func podInterfaces(vmi *v1.VirtualMachineInstance) []v1.Interface {
+	pod := map[string]bool{}
+	for _, n := range vmi.Spec.Networks {
+		if n.Pod != nil {
+			pod[n.Name] = true
+		}
+	}
+	var out []v1.Interface
+	for _, in := range vmi.Spec.Domain.Devices.Interfaces {
+		if pod[in.Name] {
+			out = append(out, in)
+		}
+	}
+	return out
+}

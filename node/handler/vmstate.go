@@ -1,0 +1,65 @@
+package handler
+
+import (
+	"context"
+	"io"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+)
+
+type closer = io.Closer
+
+// vmState is what the node agent knows of one VM between reconciles.
+type vmState struct {
+	key types.NamespacedName
+	uid types.UID
+	dir string
+
+	mu       sync.Mutex
+	lc       *launcherConn
+	nics     map[string]*PlumbedNIC
+	last     *launcherapi.StatusResponse
+	watching bool
+	stopping bool
+	// sessions holds the open console and VNC session per kind: one each per VMI.
+	sessions map[string]closer
+	cancel   context.CancelFunc
+}
+
+func (st *vmState) lastStatus() *launcherapi.StatusResponse {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.last
+}
+
+func (st *vmState) setStatus(s *launcherapi.StatusResponse) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.last = s
+}
+
+func (st *vmState) launcher() *launcherConn {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lc
+}
+
+// close ends sessions and the event watch, and the launcher connection.
+func (st *vmState) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, s := range st.sessions {
+		_ = s.Close()
+		delete(st.sessions, k)
+	}
+	if st.cancel != nil {
+		st.cancel()
+	}
+	if st.lc != nil {
+		st.lc.close()
+		st.lc = nil
+	}
+}
