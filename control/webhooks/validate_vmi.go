@@ -91,10 +91,11 @@ func ValidateVMISpec(path *field.Path, spec *v1.VirtualMachineInstanceSpec, cfg 
 // ValidateVMIMetadata refuses KubeVirt's reserved labels from anyone but qvirt's
 // own components.
 func ValidateVMIMetadata(path *field.Path, meta *metav1.ObjectMeta, privileged bool) field.ErrorList {
-	if privileged || len(reservedLabels(meta.Labels)) == 0 {
+	reserved := reservedLabels(meta.Labels)
+	if privileged || len(reserved) == 0 {
 		return nil
 	}
-	return field.ErrorList{notSupported(path.Child("labels"), slices.Sorted(maps.Keys(reservedLabels(meta.Labels))),
+	return field.ErrorList{notSupported(path.Child("labels"), slices.Sorted(maps.Keys(reserved)),
 		"creation of the following reserved kubevirt.io/ labels on a VMI object is prohibited")}
 }
 
