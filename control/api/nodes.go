@@ -10,9 +10,6 @@ import (
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
-// NodeEndpointAnnotation is set on each Node by its node agent: where virt-api reaches it.
-const NodeEndpointAnnotation = "qvirt.io/handler-endpoint"
-
 // AnnotationResolver reads a node agent's endpoint from its Node object.
 type AnnotationResolver struct {
 	Clients Clients
@@ -30,7 +27,7 @@ func (a AnnotationResolver) Endpoint(ctx context.Context, nodeName string) (stri
 		}
 		return "", err
 	}
-	ep := n.Annotations[NodeEndpointAnnotation]
+	ep := n.Annotations[nodeapi.EndpointAnnotation]
 	if ep == "" {
 		return "", fmt.Errorf("%w: no node agent registered on node %s", nodeapi.ErrUnavailable, nodeName)
 	}

@@ -54,5 +54,8 @@ var (
 	ErrBadRequest = errors.New("bad request")
 )
 
+// EndpointAnnotation is set on each Node by its node agent: where virt-api reaches it.
+const EndpointAnnotation = "qvirt.io/handler-endpoint"
+
 // Subprotocol is the websocket subprotocol of every stream, as KubeVirt's.
 const Subprotocol = "plain.kubevirt.io"

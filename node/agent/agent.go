@@ -1,0 +1,187 @@
+// Package agent assembles virt-handler: the VMI controller of this node, the node API served
+// to virt-api over mutual TLS, and the registration of that API on the Node object.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/internal/tlsfiles"
+	"github.com/qvirt/qvirt/node/handler"
+	"github.com/qvirt/qvirt/node/launcherspec"
+	"github.com/qvirt/qvirt/node/nodeapi"
+)
+
+// Options configure a node agent.
+type Options struct {
+	REST      *rest.Config
+	NodeName  string
+	Namespace string // of the KubeVirt CR
+	VMDirRoot string
+	Images    launcherspec.ImageResolver
+	Network   handler.Network
+
+	// APIListen is where the node API listens; AdvertiseHost is the host virt-api dials.
+	APIListen     string
+	AdvertiseHost string
+	// Serving certificate of the node API and the CA of virt-api's client certificate.
+	TLSCertFile, TLSKeyFile, ClientCAFile string
+
+	// Runnables run beside the controller (e.g. the local pod runner, the metrics collector).
+	Runnables []manager.Runnable
+	// Handlers are extra HTTP handlers on the metrics listener (e.g. /metrics collectors).
+	MetricsListen string
+
+	Log logr.Logger
+}
+
+// Agent is a started node agent.
+type Agent struct {
+	Handler  *handler.Handler
+	APIAddr  net.Addr
+	Manager  manager.Manager
+	Config   *config.Watcher
+	errc     chan error
+	endpoint string
+}
+
+// Start runs the node agent until ctx ends; it returns once the node API listens.
+func Start(ctx context.Context, o Options) (*Agent, error) {
+	log := o.Log.WithValues("node", o.NodeName)
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	watcher, err := config.NewWatcher(o.REST, o.Namespace, config.VirtHandler, log.WithName("config"))
+	if err != nil {
+		return nil, err
+	}
+	if err := watcher.Start(ctx); err != nil {
+		return nil, fmt.Errorf("watch KubeVirt configuration: %w", err)
+	}
+	rc := rest.CopyConfig(o.REST)
+	cur := watcher.Current()
+	rc.QPS, rc.Burst = cur.QPS, cur.Burst
+	mgr, err := ctrl.NewManager(rc, ctrl.Options{
+		Scheme:  scheme,
+		Logger:  log,
+		Metrics: metricsserver.Options{BindAddress: orDisabled(o.MetricsListen)},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only this node's pods: a node agent never needs the rest of the cluster's.
+			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", o.NodeName)},
+		}},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := handler.New(mgr.GetClient(), handler.Options{
+		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, Images: o.Images, Network: o.Network,
+		UseEmulation: func() bool { return watcher.Current().UseEmulation },
+		Log:          log.WithName("handler"),
+	})
+	if err := h.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	for _, r := range o.Runnables {
+		if err := mgr.Add(r); err != nil {
+			return nil, err
+		}
+	}
+
+	l, err := listenNodeAPI(o)
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	a := &Agent{Handler: h, APIAddr: l.Addr(), Manager: mgr, Config: watcher, errc: make(chan error, 2),
+		endpoint: fmt.Sprintf("https://%s", net.JoinHostPort(o.AdvertiseHost, fmt.Sprint(port)))}
+	hs := &http.Server{Handler: nodeapi.NewHandler(h.Backend(), log.WithName("nodeapi")), ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = hs.Close()
+	}()
+	go func() {
+		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.errc <- err
+		}
+	}()
+	go func() { a.errc <- mgr.Start(ctx) }()
+
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	go a.advertise(ctx, kube, o.NodeName, log)
+	log.Info("node agent started", "nodeAPI", a.endpoint)
+	return a, nil
+}
+
+// Done reports the first fatal error (or nil after a clean stop).
+func (a *Agent) Done() <-chan error { return a.errc }
+
+func listenNodeAPI(o Options) (net.Listener, error) {
+	kp, err := tlsfiles.NewKeyPair(o.TLSCertFile, o.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("node API serving certificate: %w", err)
+	}
+	cas, err := tlsfiles.NewCAPool(o.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("node API client CA: %w", err)
+	}
+	return tls.Listen("tcp", o.APIListen, tlsfiles.ServerConfig(kp, cas))
+}
+
+// advertise writes the node API endpoint on the Node so virt-api can find this agent. The
+// Node may not exist yet (the local pod runner or kubelet registers it): keep trying.
+func (a *Agent) advertise(ctx context.Context, kube kubernetes.Interface, node string, log logr.Logger) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodeapi.EndpointAnnotation: a.endpoint}}})
+	_ = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			log.Info("node API advertised", "endpoint", a.endpoint)
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		default:
+			log.Error(err, "advertising the node API")
+			return false, nil
+		}
+	})
+}
+
+func orDisabled(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}
