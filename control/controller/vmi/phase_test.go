@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/controller/internal/vmiutil"
 )
 
 type podState int
@@ -149,13 +150,13 @@ func TestDesiredStatus(t *testing.T) {
 		pod.Status.Phase = corev1.PodPending
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "compute", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "back-off"}}}}
 		st := desiredStatus(vmi, pod, nil, nil, now)
-		c := findCond(st, SynchronizedCondition)
+		c := findCond(st, vmiutil.SynchronizedCondition)
 		if c == nil || c.Status != corev1.ConditionFalse || c.Reason != "ImagePullBackOff" {
 			t.Errorf("Synchronized condition %+v", c)
 		}
 		vmi.Status = st
 		st = desiredStatus(vmi, makePod(podRunningNotReady), nil, nil, now)
-		if findCond(st, SynchronizedCondition) != nil {
+		if findCond(st, vmiutil.SynchronizedCondition) != nil {
 			t.Error("Synchronized condition kept after the pull succeeded")
 		}
 	})

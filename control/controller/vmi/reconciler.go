@@ -70,12 +70,8 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *virtv1.VirtualMachineIn
 	if vmi.DeletionTimestamp != nil {
 		return ctrl.Result{}, r.finalize(ctx, vmi, pods)
 	}
-	if !controllerutil.ContainsFinalizer(vmi, virtv1.VirtualMachineInstanceFinalizer) {
-		if err := r.patchFinalizers(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
-			controllerutil.AddFinalizer(v, virtv1.VirtualMachineInstanceFinalizer)
-		}); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := vmiutil.AddFinalizer(ctx, r.Client, vmi, virtv1.VirtualMachineInstanceFinalizer); err != nil {
+		return ctrl.Result{}, err
 	}
 	if vmiutil.IsFinal(vmi) {
 		return ctrl.Result{}, r.cleanupFinal(ctx, vmi, pods)
@@ -221,19 +217,11 @@ func (r *Reconciler) releaseFinalizers(ctx context.Context, vmi *virtv1.VirtualM
 			drop = append(drop, virtv1.VirtualMachineControllerFinalizer)
 		}
 	}
-	needed := false
-	for _, f := range drop {
-		needed = needed || controllerutil.ContainsFinalizer(vmi, f)
+	err := vmiutil.RemoveFinalizers(ctx, r.Client, vmi, drop...)
+	if err == nil {
+		log.FromContext(ctx).V(1).Info("All launcher pods are gone, released the VMI", "finalizers", vmi.Finalizers)
 	}
-	if !needed {
-		return nil
-	}
-	log.FromContext(ctx).V(1).Info("All launcher pods are gone, removing finalizers", "finalizers", drop)
-	return r.patchFinalizers(ctx, vmi, func(v *virtv1.VirtualMachineInstance) {
-		for _, f := range drop {
-			controllerutil.RemoveFinalizer(v, f)
-		}
-	})
+	return client.IgnoreNotFound(err)
 }
 
 func (r *Reconciler) ownerVMGone(ctx context.Context, vmi *virtv1.VirtualMachineInstance) (bool, error) {
@@ -250,12 +238,6 @@ func (r *Reconciler) ownerVMGone(ctx context.Context, vmi *virtv1.VirtualMachine
 		return false, err
 	}
 	return vm.UID != ref.UID, nil
-}
-
-func (r *Reconciler) patchFinalizers(ctx context.Context, vmi *virtv1.VirtualMachineInstance, mutate func(*virtv1.VirtualMachineInstance)) error {
-	orig := vmi.DeepCopy()
-	mutate(vmi)
-	return r.Client.Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 }
 
 // writeStatus writes the VMI's new status (and node label) when it changed.

@@ -254,7 +254,7 @@ func TestRenderFailure(t *testing.T) {
 	f := newFixture(t, v)
 	f.reconcile("a")
 	got := f.vmi("a")
-	c := vmiutil.Condition(got, SynchronizedCondition)
+	c := vmiutil.Condition(got, vmiutil.SynchronizedCondition)
 	if c == nil || c.Reason != ReasonFailedCreate || got.Status.Phase != virtv1.Pending {
 		t.Errorf("phase %q condition %+v", got.Status.Phase, c)
 	}

@@ -11,11 +11,6 @@ import (
 	"github.com/qvirt/qvirt/control/controller/internal/vmiutil"
 )
 
-// SynchronizedCondition is KubeVirt's VMI condition for problems while
-// setting the VMI up (pod creation, image pulls). The VM controller reads its
-// reason for the ErrImagePull and ImagePullBackOff printable statuses.
-const SynchronizedCondition virtv1.VirtualMachineInstanceConditionType = "Synchronized"
-
 // Reasons of the Synchronized condition set by this controller.
 const (
 	ReasonFailedCreate = "FailedCreate"
@@ -48,11 +43,11 @@ func desiredStatus(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod, pods []c
 		}
 		if fail != nil {
 			vmiutil.SetCondition(&st, virtv1.VirtualMachineInstanceCondition{
-				Type: SynchronizedCondition, Status: corev1.ConditionFalse,
+				Type: vmiutil.SynchronizedCondition, Status: corev1.ConditionFalse,
 				Reason: fail.Reason, Message: fail.Message, LastTransitionTime: now,
 			})
 		} else {
-			vmiutil.RemoveCondition(&st, SynchronizedCondition)
+			vmiutil.RemoveCondition(&st, vmiutil.SynchronizedCondition)
 		}
 	}
 

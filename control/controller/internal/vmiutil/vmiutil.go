@@ -12,6 +12,11 @@ import (
 	virtv1 "github.com/qvirt/qvirt/api/v1"
 )
 
+// SynchronizedCondition is KubeVirt's VMI condition for problems while
+// setting the VMI up (pod creation, image pulls). The VM controller reads its
+// reason for the ErrImagePull and ImagePullBackOff printable statuses.
+const SynchronizedCondition virtv1.VirtualMachineInstanceConditionType = "Synchronized"
+
 // IsFinal reports a VMI that will never run again.
 func IsFinal(vmi *virtv1.VirtualMachineInstance) bool {
 	return vmi.Status.Phase == virtv1.Succeeded || vmi.Status.Phase == virtv1.Failed
