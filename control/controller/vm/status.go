@@ -42,8 +42,8 @@ type Round struct {
 	// Created is set when this round created a VMI: a Start request that asked
 	// for it is done, even if the VMI ends before the cache shows it alive.
 	Created bool
-	SyncErr  *SyncError
-	Now      time.Time
+	SyncErr *SyncError
+	Now     time.Time
 	// Jitter spreads start backoffs; random when nil.
 	Jitter func(int64) int64
 }
