@@ -17,6 +17,8 @@ import (
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 )
 
+const mib = 1 << 20
+
 // ErrImageNotFound is returned by an ImageResolver for an image it cannot provide.
 var ErrImageNotFound = errors.New("image not found")
 
@@ -74,7 +76,8 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 	if err != nil {
 		errs = append(errs, field.Required(root.Child("memory", "guest"), err.Error()))
 	}
-	out.MemoryBytes = mem
+	// QEMU sizes guest RAM in MiB; KubeVirt manifests often say 1G (10^9 bytes): round up.
+	out.MemoryBytes = (mem + mib - 1) / mib * mib
 
 	fw, ferrs := firmware(dom.Firmware, env, root.Child("firmware"))
 	out.Firmware, errs = fw, append(errs, ferrs...)

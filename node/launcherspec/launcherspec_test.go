@@ -87,6 +87,18 @@ func TestBuildFromAKubeVirtVMI(t *testing.T) {
 	}
 }
 
+func TestMemoryRoundsUpToMiB(t *testing.T) {
+	mem := resource.MustParse("1G")
+	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &mem}}}}
+	spec, err := Build(vmi, Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.MemoryBytes != 954<<20 {
+		t.Errorf("1G became %d bytes, want 954 MiB", spec.MemoryBytes)
+	}
+}
+
 func TestBuildNamesWhatItCannotHonour(t *testing.T) {
 	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{
 		Domain: v1.DomainSpec{Devices: v1.Devices{
