@@ -11,7 +11,7 @@ APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat
 
 COMMANDS := virt-launcher
 
-.PHONY: all deps apt tools build generate guest test test-unit bench run clean vet fmt
+.PHONY: all deps apt tools k8s build generate guest test test-unit bench run clean vet fmt
 
 all: build
 
@@ -37,6 +37,29 @@ $(TOOLS)/%: hack/tools/go.mod hack/tools/go.sum
 		protoc-gen-go-grpc) GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc ;; \
 	esac
 
+## k8s: build the real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
+## kubectl) into _tools/k8s/ from the Go module proxy; rebuilt only when hack/k8s changes.
+K8S := $(TOOLS)/k8s
+K8S_VERSION := v1.37.2
+K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+K8S_LINKS := kube-apiserver kube-scheduler kube-controller-manager kubectl
+
+k8s: $(K8S)/k8s $(K8S)/etcd
+	@for n in $(K8S_LINKS); do ln -sfn k8s $(K8S)/$$n; done
+
+$(K8S)/k8s: hack/k8s/go.mod hack/k8s/go.sum $(wildcard hack/k8s/*.go)
+	@mkdir -p $(K8S)
+	@echo ">> building the Kubernetes control plane $(K8S_VERSION), ~8 min the first time"
+	@start=$$(date +%s); cd hack/k8s && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@.tmp . && mv $@.tmp $@ && \
+		echo ">> built $@ in $$(( $$(date +%s) - start )) s"
+
+$(K8S)/etcd: hack/k8s/etcd/go.mod hack/k8s/etcd/go.sum $(wildcard hack/k8s/etcd/*.go)
+	@mkdir -p $(K8S)
+	@echo ">> building etcd, ~1 min the first time"
+	@cd hack/k8s/etcd && $(GO) build -ldflags '-s -w' -o $@.tmp . && mv $@.tmp $@
+
 ## build: compile every command into bin/.
 build:
 	@mkdir -p $(BIN)
@@ -58,7 +81,7 @@ run: apt guest build
 	@bash hack/run-launcher.sh
 
 ## test: every test, with real QEMU under emulation.
-test: apt guest
+test: apt guest k8s
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./...
 
 test-unit:
