@@ -72,9 +72,11 @@ generate: tools
 	protoc --proto_path=launcher/api --go_out=launcher/api --go_opt=paths=source_relative \
 		--go-grpc_out=launcher/api --go-grpc_opt=paths=source_relative launcher/api/*.proto
 
-## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages.
+## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages, and put it
+## into the local image store _guest/images (localhost/qvirt/tiny-kernel, localhost/qvirt/tiny-disk).
 guest: apt
 	@bash hack/guest/build.sh $(GUEST)
+	@GO=$(GO) bash hack/guest/images.sh $(GUEST)
 
 ## run: boot the example VM and print how to reach its console.
 run: apt guest build
