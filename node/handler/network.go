@@ -13,6 +13,8 @@ import (
 type PlumbedNIC struct {
 	// Tap is handed to the launcher; the node agent closes its copy afterwards.
 	Tap *os.File
+	// TapName is the tap's name in the pod's namespace, for its traffic counters.
+	TapName string
 	MAC string
 	// IPs the network sees for the guest (the pod's, for both bindings).
 	IPs []string

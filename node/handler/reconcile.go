@@ -80,6 +80,9 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{RequeueAfter: retryLauncher}, nil
 	}
 	st.setStatus(ls)
+	st.mu.Lock()
+	st.labels = vmi.Labels
+	st.mu.Unlock()
 	h.watch(st)
 
 	switch {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/node/metrics"
 )
 
 type closer = io.Closer
@@ -27,6 +28,11 @@ type vmState struct {
 	// sessions holds the open console and VNC session per kind: one each per VMI.
 	sessions map[string]closer
 	cancel   context.CancelFunc
+
+	// labels and stats feed the metrics collector; stats is refreshed by the stats poller.
+	labels map[string]string
+	stats  *launcherapi.StatsResponse
+	net    map[string]metrics.NetStats
 }
 
 func (st *vmState) lastStatus() *launcherapi.StatusResponse {

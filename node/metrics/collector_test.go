@@ -1,0 +1,66 @@
+package metrics
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+)
+
+type fixed []VM
+
+func (f fixed) Snapshot() []VM { return f }
+
+func TestCollectorFamiliesAndLabels(t *testing.T) {
+	vm := VM{Namespace: "default", Name: "vm1", Labels: map[string]string{"kubevirt.io/domain": "vm1", "app": "web"},
+		Stats: &launcherapi.StatsResponse{
+			Cpu:    &launcherapi.CPUStats{UserNs: 3e9, SystemNs: 1e9},
+			Vcpus:  []*launcherapi.VCPUStats{{Id: 0, RunNs: 2e9, WaitNs: 5e8}},
+			Memory: &launcherapi.MemoryStats{GuestBytes: 256 << 20, BalloonActualBytes: 256 << 20, RssBytes: 100 << 20},
+			Block:  []*launcherapi.BlockStats{{Drive: "rootdisk", ReadOps: 10, ReadBytes: 4096, ReadTimeNs: 2e9}},
+		},
+		Interfaces: map[string]NetStats{"default": {RxBytes: 100, TxBytes: 900}},
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector("node01", fixed{vm, {Namespace: "x", Name: "nostats"}}))
+	want := `
+# HELP kubevirt_vmi_cpu_usage_seconds_total Total CPU time spent in all modes (sum of both vcpu and hypervisor usage).
+# TYPE kubevirt_vmi_cpu_usage_seconds_total counter
+kubevirt_vmi_cpu_usage_seconds_total{kubernetes_vmi_label_app="web",kubernetes_vmi_label_kubevirt_io_domain="vm1",name="vm1",namespace="default",node="node01"} 4
+# HELP kubevirt_vmi_network_receive_bytes_total Total network traffic received in bytes.
+# TYPE kubevirt_vmi_network_receive_bytes_total counter
+kubevirt_vmi_network_receive_bytes_total{interface="default",kubernetes_vmi_label_app="web",kubernetes_vmi_label_kubevirt_io_domain="vm1",name="vm1",namespace="default",node="node01"} 900
+# HELP kubevirt_vmi_storage_read_times_seconds_total Total time spent on read operations.
+# TYPE kubevirt_vmi_storage_read_times_seconds_total counter
+kubevirt_vmi_storage_read_times_seconds_total{drive="rootdisk",kubernetes_vmi_label_app="web",kubernetes_vmi_label_kubevirt_io_domain="vm1",name="vm1",namespace="default",node="node01"} 2
+# HELP kubevirt_vmi_vcpu_seconds_total Total amount of time spent in each state by each vcpu (cpu_time excluding hypervisor time).
+# TYPE kubevirt_vmi_vcpu_seconds_total counter
+kubevirt_vmi_vcpu_seconds_total{id="0",kubernetes_vmi_label_app="web",kubernetes_vmi_label_kubevirt_io_domain="vm1",name="vm1",namespace="default",node="node01",state="running"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"kubevirt_vmi_cpu_usage_seconds_total", "kubevirt_vmi_network_receive_bytes_total",
+		"kubevirt_vmi_storage_read_times_seconds_total", "kubevirt_vmi_vcpu_seconds_total"); err != nil {
+		t.Error(err)
+	}
+	// The guest-side memory families stay absent until the balloon driver reports.
+	if n, err := testutil.GatherAndCount(reg, "kubevirt_vmi_memory_unused_bytes"); err != nil || n != 0 {
+		t.Errorf("unused bytes without guest stats: %d %v", n, err)
+	}
+	if n, _ := testutil.GatherAndCount(reg); n < 20 {
+		t.Errorf("only %d series", n)
+	}
+}
+
+func TestReadNetDevOfThisProcess(t *testing.T) {
+	got, err := ReadNetDev(os.Getpid(), "lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["lo"]; !ok {
+		t.Errorf("lo missing: %v", got)
+	}
+}
