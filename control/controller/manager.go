@@ -1,0 +1,200 @@
+// Package controller assembles virt-controller: the VM, VMI and migration
+// controllers in one leader-elected controller-runtime manager, with health
+// probes and Prometheus metrics.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	virtv1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/controller/launcherpod"
+	"github.com/qvirt/qvirt/control/controller/metrics"
+	"github.com/qvirt/qvirt/control/controller/migration"
+	"github.com/qvirt/qvirt/control/controller/vm"
+	"github.com/qvirt/qvirt/control/controller/vmi"
+)
+
+// LeaseName is the leader election lease in the install namespace.
+const LeaseName = "virt-controller"
+
+// Options configure virt-controller. The zero value of a field means its default.
+type Options struct {
+	// Namespace is the install namespace, where the leader lease lives
+	// ("kubevirt").
+	Namespace string
+	// DisableLeaderElection runs the controllers without a lease; only for a
+	// single replica (tests, local mode).
+	DisableLeaderElection bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election
+	// (client-go's 15 s, 10 s, 2 s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MetricsBindAddress serves /metrics (":8443"); "0" turns it off.
+	MetricsBindAddress string
+	// MetricsSecure serves metrics over HTTPS with a self-signed certificate.
+	MetricsSecure bool
+	// HealthProbeBindAddress serves /healthz and /readyz (":8081"); "0" turns
+	// it off.
+	HealthProbeBindAddress string
+	// Pods configure the launcher pods.
+	Pods launcherpod.Options
+	// Migrations limit concurrent migrations (KubeVirt's 5 per cluster, 2 per node).
+	Migrations migration.Limits
+	// VMWorkers and VMIWorkers are the parallel reconciles (3 and 5).
+	VMWorkers, VMIWorkers int
+	// QPS and Burst limit the API client when the rest.Config leaves them
+	// unset (50 and 100).
+	QPS   float32
+	Burst int
+	// Logger is the root logger; controller-runtime's global one when unset.
+	Logger logr.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Namespace == "" {
+		o.Namespace = "kubevirt"
+	}
+	if o.MetricsBindAddress == "" {
+		o.MetricsBindAddress = ":8443"
+	}
+	if o.HealthProbeBindAddress == "" {
+		o.HealthProbeBindAddress = ":8081"
+	}
+	if o.Migrations == (migration.Limits{}) {
+		o.Migrations = migration.DefaultLimits()
+	}
+	if o.VMWorkers <= 0 {
+		o.VMWorkers = 3
+	}
+	if o.VMIWorkers <= 0 {
+		o.VMIWorkers = 5
+	}
+	if o.QPS <= 0 {
+		o.QPS = 50
+	}
+	if o.Burst <= 0 {
+		o.Burst = 100
+	}
+	return o
+}
+
+// NewScheme knows core Kubernetes and kubevirt.io/v1 types.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := virtv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewManager builds the manager with every controller registered; Start runs
+// it until its context ends.
+func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
+	opts = opts.withDefaults()
+	if err := opts.Pods.Validate(); err != nil {
+		return nil, fmt.Errorf("launcher pod options: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+
+	mopts := manager.Options{
+		Scheme: scheme,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only launcher pods matter; caching every pod would cost memory in
+			// a large cluster.
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue})},
+		}},
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure},
+		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
+		LeaderElection:                !opts.DisableLeaderElection,
+		LeaderElectionID:              LeaseName,
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionResourceLock:    "leases",
+		LeaderElectionReleaseOnCancel: true, // the process ends with the manager, so a successor need not wait out the lease
+		// Controller names are checked for uniqueness per process; a restarted
+		// manager in the same process (tests, local mode) reuses them.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if opts.LeaseDuration > 0 {
+		mopts.LeaseDuration = &opts.LeaseDuration
+	}
+	if opts.RenewDeadline > 0 {
+		mopts.RenewDeadline = &opts.RenewDeadline
+	}
+	if opts.RetryPeriod > 0 {
+		mopts.RetryPeriod = &opts.RetryPeriod
+	}
+	if opts.Logger.GetSink() != nil {
+		mopts.Logger = opts.Logger
+	}
+	mgr, err := manager.New(cfg, mopts)
+	if err != nil {
+		return nil, err
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
+		return nil, err
+	}
+	m, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return nil, err
+	}
+	recorder := mgr.GetEventRecorder("virtualmachine-controller")
+
+	vmR := &vm.Reconciler{Client: mgr.GetClient(), Recorder: recorder}
+	if err := vmR.SetupWithManager(mgr, opts.VMWorkers); err != nil {
+		return nil, fmt.Errorf("VM controller: %w", err)
+	}
+	vmiR := &vmi.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Pods: opts.Pods}
+	if err := vmiR.SetupWithManager(mgr, opts.VMIWorkers, m.PhaseTransitionHandler()); err != nil {
+		return nil, fmt.Errorf("VMI controller: %w", err)
+	}
+	migR := &migration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Pods: opts.Pods, Limits: opts.Migrations}
+	if err := migR.SetupWithManager(context.Background(), mgr); err != nil {
+		return nil, fmt.Errorf("migration controller: %w", err)
+	}
+	return mgr, nil
+}
+
+// cachesSynced is ready once the informers have their first full list; a
+// standby replica is ready too, so that a rollout does not wait for leadership.
+func cachesSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("caches are not synced yet")
+		}
+		return nil
+	}
+}
