@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 }
 
 // controlPlane returns the shared stack, starting it on first use.
-func controlPlane(t *testing.T) *stack.Stack {
+func controlPlane(t testing.TB) *stack.Stack {
 	t.Helper()
 	localcluster.RequireBinaries(t)
 	sharedOnce.Do(func() {
@@ -54,7 +54,7 @@ func controlPlane(t *testing.T) *stack.Stack {
 	return shared
 }
 
-func kubectl(t *testing.T, s *stack.Stack, args ...string) (string, error) {
+func kubectl(t testing.TB, s *stack.Stack, args ...string) (string, error) {
 	t.Helper()
 	out, err := s.Cluster.Kubectl(args...).CombinedOutput()
 	if err != nil {
