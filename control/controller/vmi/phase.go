@@ -48,6 +48,10 @@ func NextPhase(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) (phase virtv
 		}
 	case virtv1.Scheduled, virtv1.Running:
 		switch {
+		case pod == nil && deleting:
+			// The node agent did not report the end in time; as in KubeVirt the
+			// VMI ends Failed, with the deletion as the reason.
+			return virtv1.Failed, ReasonPodDeleted
 		case pod == nil:
 			return virtv1.Failed, ReasonPodMissing
 		case pod.Status.Phase == corev1.PodFailed:

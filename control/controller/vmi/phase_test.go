@@ -90,7 +90,8 @@ func TestNextPhase(t *testing.T) {
 		{scheduling, podSucceeded, false, failed, ReasonPodFailed},
 		{scheduled, podReady, false, scheduled, ""},
 		{scheduled, podTerminating, true, scheduled, ""},
-		{scheduled, noPod, true, failed, ReasonPodMissing},
+		{scheduled, noPod, true, failed, ReasonPodDeleted},
+		{scheduled, noPod, false, failed, ReasonPodMissing},
 		{scheduled, podFailed, false, failed, ReasonPodFailed},
 		{scheduled, podSucceeded, false, scheduled, ""}, // the node agent reports a clean exit
 		{running, podReady, false, running, ""},

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -269,8 +270,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, vmi *virtv1.VirtualMachine
 	}
 	if st.Phase != orig.Status.Phase {
 		logger.Info("VMI phase changed", "from", orig.Status.Phase, "to", st.Phase, "node", st.NodeName, "reason", st.Reason)
-		if st.Phase == virtv1.Failed {
-			r.Recorder.Eventf(vmi, pod, corev1.EventTypeWarning, st.Reason, "Fail", "The VMI failed: %s", st.Reason)
+		// A deleted VMI ending is expected, not worth a warning.
+		if st.Phase == virtv1.Failed && vmi.DeletionTimestamp == nil {
+			var related runtime.Object // a nil *Pod would not be a nil interface
+			if pod != nil {
+				related = pod
+			}
+			r.Recorder.Eventf(vmi, related, corev1.EventTypeWarning, st.Reason, "Fail", "The VMI failed: %s", st.Reason)
 		}
 	}
 	return nil

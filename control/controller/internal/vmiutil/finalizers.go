@@ -3,8 +3,11 @@ package vmiutil
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -54,5 +57,12 @@ func patchFinalizers(ctx context.Context, c client.Client, obj client.Object, cu
 	if err != nil {
 		return err
 	}
-	return c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, b))
+	err = c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, b))
+	if apierrors.IsInvalid(err) {
+		// The test failed: someone else changed the finalizers first. That is a
+		// write race like any other; report it as one.
+		gvk, _ := c.GroupVersionKindFor(obj)
+		return apierrors.NewConflict(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, obj.GetName(), errors.New("its finalizers changed"))
+	}
+	return err
 }
