@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -129,6 +131,14 @@ func TestBridgeBindingIdempotentAndTornDown(t *testing.T) {
 		t.Fatalf("second Teardown: %v", err)
 	}
 	requireSame(t, "namespace after a second Teardown", before, snapshot(t, pod))
+
+	gone := NewBridgeBinding(filepath.Join(t.TempDir(), "deleted-netns"), BridgeConfig{})
+	if err := gone.Teardown(ctx); err != nil {
+		t.Fatalf("Teardown in a namespace that is gone: %v", err)
+	}
+	if _, err := gone.Setup(ctx); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Setup in a namespace that is gone: %v, want os.ErrNotExist", err)
+	}
 }
 
 var errInjected = errors.New("injected failure")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -280,6 +281,10 @@ func (b *MasqueradeBinding) Teardown(ctx context.Context) error {
 	defer b.mu.Unlock()
 	errs := []error{b.stopDHCP()}
 	c, err := openNS(b.nsPath)
+	if errors.Is(err, os.ErrNotExist) {
+		// The pod and its namespace are gone, and everything in it with them.
+		return errors.Join(errs...)
+	}
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}

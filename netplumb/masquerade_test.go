@@ -31,9 +31,9 @@ func natRuleCount(t *testing.T, ns, table, chain string) int {
 }
 
 func TestMasqueradeBindingIdempotentAndTornDown(t *testing.T) {
-	pod, _ := podNetwork(t)
+	pod, client := podNetwork(t)
 	ctx := context.Background()
-	before := snapshot(t, pod)
+	before, clientBefore := snapshot(t, pod), snapshot(t, client)
 	if !strings.Contains(before, "ip_forward 0") {
 		t.Fatalf("a new namespace forwards already:\n%s", before)
 	}
@@ -61,6 +61,8 @@ func TestMasqueradeBindingIdempotentAndTornDown(t *testing.T) {
 			t.Errorf("no %q after Setup:\n%s", line, after)
 		}
 	}
+	// Forwarding and NAT are the pod's alone.
+	requireSame(t, "another namespace", clientBefore, snapshot(t, client))
 	// No ports declared: one rule forwards everything for the pod's IP.
 	if n := natRuleCount(t, pod, "qvirt-k6t-eth0", "prerouting"); n != 1 {
 		t.Errorf("%d prerouting rules, want 1", n)
