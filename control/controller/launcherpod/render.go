@@ -110,7 +110,35 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 			EnableServiceLinks:           ptr.To(false),
 		},
 	}
+	pod.Spec.Containers = append(pod.Spec.Containers, imageContainers(vmi)...)
 	return pod, nil
+}
+
+// imageContainers names every image the VM boots from (containerDisk volumes, the kernel-boot
+// container) as a container of the pod, as KubeVirt does: the node pulls them with the pod, and
+// a missing image shows as the pod's ErrImagePull. They only hold files, which the node agent
+// hands to the launcher, so they get no resources of their own.
+func imageContainers(vmi *virtv1.VirtualMachineInstance) []corev1.Container {
+	var out []corev1.Container
+	add := func(name, image string) {
+		out = append(out, corev1.Container{
+			Name:  name,
+			Image: image,
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		})
+	}
+	for _, v := range vmi.Spec.Volumes {
+		if v.ContainerDisk != nil {
+			add("volume"+v.Name, v.ContainerDisk.Image)
+		}
+	}
+	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
+		add("kernel-boot", fw.KernelBoot.Container.Image)
+	}
+	return out
 }
 
 // GracePeriodSeconds is the time the guest gets to shut down.

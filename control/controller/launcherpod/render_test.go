@@ -242,3 +242,29 @@ func TestRenderRejects(t *testing.T) {
 		t.Error("a target pod without source node was rendered")
 	}
 }
+
+func TestImageContainersNameEveryBootImage(t *testing.T) {
+	vmi := &virtv1.VirtualMachineInstance{}
+	vmi.Name, vmi.Namespace, vmi.UID = "vm", "default", "uid-1"
+	guest := resource.MustParse("128Mi")
+	vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: &guest}
+	vmi.Spec.Domain.Firmware = &virtv1.Firmware{KernelBoot: &virtv1.KernelBoot{Container: &virtv1.KernelBootContainer{Image: "localhost/qvirt/tiny-kernel:latest", KernelPath: "/boot/vmlinuz"}}}
+	vmi.Spec.Volumes = []virtv1.Volume{
+		{Name: "rootdisk", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: "localhost/qvirt/tiny-disk:latest"}}},
+		{Name: "ci", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#!/bin/sh"}}},
+	}
+	pod, err := RenderLauncherPod(vmi, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := map[string]string{}
+	for _, c := range pod.Spec.Containers {
+		images[c.Name] = c.Image
+	}
+	if len(images) != 3 || images["volumerootdisk"] != "localhost/qvirt/tiny-disk:latest" || images["kernel-boot"] != "localhost/qvirt/tiny-kernel:latest" {
+		t.Errorf("containers: %v", images)
+	}
+	if pod.Spec.Containers[0].Name != ComputeContainerName {
+		t.Errorf("compute must stay first: %s", pod.Spec.Containers[0].Name)
+	}
+}
