@@ -61,20 +61,30 @@ func (b backend) PortForward(ctx context.Context, vmi nodeapi.VMI, port int, pro
 		return nil, err
 	}
 	st.mu.Lock()
-	var addr string
-	for _, nic := range st.nics {
-		if nic.GuestAddr != "" {
-			addr = nic.GuestAddr
+	var nic *PlumbedNIC
+	for _, n := range st.nics {
+		if n.GuestAddr != "" {
+			nic = n
 			break
 		}
 	}
 	lc := st.lc
 	st.mu.Unlock()
-	if addr == "" {
+	if nic == nil {
 		return nil, fmt.Errorf("%w: %s has no pod network interface", nodeapi.ErrConflict, vmi)
 	}
-	target := net.JoinHostPort(addr, strconv.Itoa(port))
-	return dialInNetns(ctx, lc.netnsPath(), protocol, target)
+	target := net.JoinHostPort(nic.GuestAddr, strconv.Itoa(port))
+	var conn net.Conn
+	if nic.GuestAddrInPod {
+		conn, err = dialInNetns(ctx, lc.netnsPath(), protocol, target)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, protocol, target)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", nodeapi.ErrUnavailable, target, err)
+	}
+	return conn, nil
 }
 
 func (b backend) Screenshot(ctx context.Context, vmi nodeapi.VMI) ([]byte, error) {

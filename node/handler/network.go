@@ -15,14 +15,15 @@ type PlumbedNIC struct {
 	Tap *os.File
 	// TapName is the tap's name in the pod's namespace, for its traffic counters.
 	TapName string
-	MAC string
+	MAC     string
 	// IPs the network sees for the guest (the pod's, for both bindings).
 	IPs []string
 	// PodInterfaceName is the pod interface the guest's traffic uses (eth0).
 	PodInterfaceName string
-	// GuestAddr is the guest's address as reachable from inside the pod's namespace: where
-	// port-forward connects.
-	GuestAddr string
+	// GuestAddr is where port-forward connects to reach the guest: from inside the pod's
+	// namespace when GuestAddrInPod, else from the node's.
+	GuestAddr      string
+	GuestAddrInPod bool
 }
 
 // Network wires a VMI's interfaces inside the launcher's network namespace.

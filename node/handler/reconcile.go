@@ -130,6 +130,10 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), Images: h.opts.Images, NICs: map[string]launcherspec.NIC{}}
 	taps := map[string]*os.File{}
 	for name, nic := range nics {
+		if nic.Tap == nil {
+			return nil, fmt.Errorf("interface %s: its tap is held by another process", name)
+		}
+		defer nic.Tap.Close() // the launcher holds its own copy once Sync is done
 		fdName := "tap-" + name
 		env.NICs[name] = launcherspec.NIC{TapFDName: fdName, MAC: nic.MAC}
 		taps[fdName] = nic.Tap
