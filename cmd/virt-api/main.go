@@ -21,6 +21,7 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	flag.StringVar(&o.Namespace, "namespace", "kubevirt", "namespace of the KubeVirt CR")
 	flag.StringVar(&o.Listen, "listen", ":8443", "address of the HTTPS listener")
+	flag.BoolVar(&o.ReusePort, "reuse-port", false, "share the listen address with other replicas (SO_REUSEPORT)")
 	flag.StringVar(&o.TLSCertFile, "tls-cert-file", "/etc/virt-api/certificates/tls.crt", "serving certificate (reloaded when it changes)")
 	flag.StringVar(&o.TLSKeyFile, "tls-key-file", "/etc/virt-api/certificates/tls.key", "serving key")
 	flag.StringVar(&o.RequestHeaderCAFile, "requestheader-client-ca-file", "/etc/virt-api/requestheader/ca.crt", "CA of the aggregation layer's proxy client certificate")

@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -27,6 +30,9 @@ type Options struct {
 	REST      *rest.Config
 	Namespace string
 	Listen    string
+	// ReusePort lets several replicas listen on one address; the kernel spreads connections
+	// across them (local mode runs two virt-api processes behind one service).
+	ReusePort bool
 
 	TLSCertFile, TLSKeyFile string
 
@@ -118,10 +124,15 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 
-	l, err := tls.Listen("tcp", o.Listen, tlsfiles.ServerConfig(serving, nil))
+	var lc net.ListenConfig
+	if o.ReusePort {
+		lc.Control = reusePort
+	}
+	raw, err := lc.Listen(ctx, "tcp", o.Listen)
 	if err != nil {
 		return err
 	}
+	l := tls.NewListener(raw, tlsfiles.ServerConfig(serving, nil))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
 	go func() {
 		<-ctx.Done()
@@ -135,4 +146,14 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		return err
 	}
 	return nil
+}
+
+func reusePort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
