@@ -11,12 +11,12 @@ APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat
 
 COMMANDS := virt-launcher
 
-.PHONY: all deps apt tools k8s build generate guest test test-unit bench run clean vet fmt
+.PHONY: all deps apt cni tools k8s build generate guest test test-unit bench run clean vet fmt
 
 all: build
 
 ## deps: install missing Debian packages and the pinned Go tools.
-deps: apt tools
+deps: apt cni tools
 
 apt:
 	@missing=""; for c in $(APT_CHECK); do command -v $$c >/dev/null || missing=1; done; \
@@ -24,6 +24,15 @@ apt:
 	if [ -n "$$missing" ]; then \
 		echo ">> installing Debian packages: $(APT_PACKAGES)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	fi
+
+## cni: the CNI plugins local mode's pod runner attaches pods with (bridge, host-local, loopback),
+## from Debian's containernetworking-plugins, in /usr/lib/cni.
+CNI_DIR := /usr/lib/cni
+cni:
+	@if [ ! -x $(CNI_DIR)/bridge ] || [ ! -x $(CNI_DIR)/host-local ] || [ ! -x $(CNI_DIR)/loopback ]; then \
+		echo ">> installing Debian package containernetworking-plugins"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containernetworking-plugins >/dev/null; \
 	fi
 
 tools: $(TOOLS)/controller-gen $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
@@ -83,7 +92,7 @@ run: apt guest build
 	@bash hack/run-launcher.sh
 
 ## test: every test, with real QEMU under emulation.
-test: apt guest k8s
+test: apt cni guest k8s
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./...
 
 test-unit:
