@@ -175,3 +175,60 @@ func contains(s []int, v int) bool {
 	}
 	return false
 }
+
+// A runner that died between starting a launcher and saving the pod's state leaves a launcher, a
+// namespace and an address that no state names; the next runner removes them.
+func TestUnfinishedStartIsCleanedUp(t *testing.T) {
+	requireRoot(t)
+	requireCNI(t)
+	nodeNS := testNetns(t)
+	stateDir := t.TempDir()
+	r := &Runner{opts: Options{StateDir: stateDir}}
+	var err error
+	if r.net, err = newNetwork(CNIOptions{PluginDir: DefaultCNIPluginDir, Bridge: "qv-test", Subnet: "10.244.99.0/24", NetworkName: "qvirt-test"}, netnsPath(nodeNS), stateDir); err != nil {
+		t.Fatal(err)
+	}
+	sb := &sandbox{PodUID: "unfinished-uid", Namespace: "ns", Name: "p", Netns: podNetns("unfinished-uid")}
+	if _, err := createNetns(sb.Netns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteNetns(sb.Netns) })
+	ips, err := r.net.add(t.Context(), sb)
+	if err != nil || len(ips) != 1 {
+		t.Fatalf("CNI ADD: %v, %v", ips, err)
+	}
+	allocated := filepath.Join(stateDir, "cni", "ipam", "qvirt-test", ips[0])
+	if _, err := os.Stat(allocated); err != nil {
+		t.Fatalf("host-local keeps no %s: %v", allocated, err)
+	}
+	dir := r.podDir(sb.PodUID)
+	os.MkdirAll(dir, 0o755)
+	exe, _ := os.Executable()
+	shim, launcher, err := startShim(launch{
+		Argv: []string{exe, "--dir", dir}, Env: []string{"PATH=" + os.Getenv("PATH"), fakeLauncherEnv + "=1", "FAKE_CHILD=1"}, Dir: "/", Netns: netnsPath(sb.Netns),
+		LogFile: filepath.Join(dir, "launcher.log"), PidFile: filepath.Join(dir, "launcher.pid"), ExitFile: r.exitFile(sb),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { killSession(shim.Pid) })
+	waitFor(t, 10*time.Second, "the fake launcher", func() bool { _, err := os.Stat(filepath.Join(dir, "child.pid")); return err == nil })
+
+	sbs, err := r.loadSandboxes()
+	if err != nil || len(sbs) != 0 {
+		t.Fatalf("loadSandboxes = %v, %v; want none", sbs, err)
+	}
+	if launcher.alive() || len(sessionMembers(shim.Pid)) > 0 {
+		t.Errorf("launcher or its child still run: %v", sessionMembers(shim.Pid))
+	}
+	if netnsExists(sb.Netns) {
+		t.Error("netns left")
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("pod directory left")
+	}
+	// The address is released (host-local keeps one file per address in use).
+	if _, err := os.Stat(allocated); err == nil {
+		t.Errorf("address %s still allocated", ips[0])
+	}
+}

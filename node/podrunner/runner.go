@@ -183,7 +183,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.podsCtx = ctx
 	r.mu.Lock()
 	for _, sb := range adopted {
-		r.workers[sb.PodUID] = r.newWorker(sb)
+		r.workers[sb.PodUID] = r.newWorker(sb, nil)
 	}
 	r.mu.Unlock()
 
@@ -214,7 +214,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.log.Info("pod runner started", "adopted", len(adopted), "subnet", r.opts.CNI.Subnet, "nodeNetns", r.nodeNetns)
 
 	<-ctx.Done()
-	r.waitWorkers()
+	r.wg.Wait()
 	r.log.Info("pod runner stopped; launchers keep running")
 	return nil
 }
@@ -250,10 +250,6 @@ func (r *Runner) start(w *worker) {
 	})
 }
 
-func (r *Runner) waitWorkers() {
-	r.wg.Wait()
-}
-
 func (r *Runner) dispatch(obj any) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -261,16 +257,15 @@ func (r *Runner) dispatch(obj any) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := r.workers[pod.UID]
-	if w == nil {
-		w = r.newWorker(nil)
-		w.uid = pod.UID
-		r.workers[pod.UID] = w
-		if r.synced {
-			r.start(w)
-		}
+	if w := r.workers[pod.UID]; w != nil {
+		w.update(pod)
+		return
 	}
-	w.update(pod)
+	w := r.newWorker(nil, pod)
+	r.workers[pod.UID] = w
+	if r.synced {
+		r.start(w)
+	}
 }
 
 func (r *Runner) podGone(obj any) {

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -96,10 +98,17 @@ func (r *Runner) loadState(uid string) (*sandbox, error) {
 	return sb, nil
 }
 
-// cleanupUnfinished undoes whatever a start interrupted by a crash of the runner left: the
-// namespace (named after the pod) and its address.
+// cleanupUnfinished undoes whatever a start interrupted by a crash of the runner left: a
+// launcher already started, the namespace (named after the pod) and its address.
 func (r *Runner) cleanupUnfinished(uid types.UID) {
 	sb := &sandbox{PodUID: uid, Netns: podNetns(uid)}
+	if sid := orphanSession(filepath.Join(r.podDir(uid), "launcher.pid"), netnsPath(sb.Netns)); sid > 0 {
+		r.log.Info("killing the launcher of an unfinished pod start", "podUID", uid, "session", sid)
+		if left := killSession(sid); len(left) > 0 {
+			r.log.Error(nil, "processes would not die", "podUID", uid, "pids", left)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := errors.Join(r.net.del(ctx, sb), deleteNetns(sb.Netns)); err != nil {
@@ -272,4 +281,29 @@ func imageID(ref, digest string) string {
 		return digest
 	}
 	return r.Context().String() + "@" + digest
+}
+
+// orphanSession returns the session of the launcher named in pidFile if it still runs in the
+// network namespace at netns: only then is the pid known to be that launcher.
+func orphanSession(pidFile, netns string) int {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return 0
+	}
+	want, err := netnsInode(netns)
+	if err != nil {
+		return 0
+	}
+	if got, err := netnsInode(fmt.Sprintf("/proc/%d/ns/net", pid)); err != nil || got != want {
+		return 0
+	}
+	st, err := readStat(pid)
+	if err != nil || st.session <= 1 {
+		return 0
+	}
+	return st.session
 }

@@ -51,24 +51,22 @@ type worker struct {
 	got      *corev1.PodStatus
 }
 
-func (r *Runner) newWorker(sb *sandbox) *worker {
-	w := &worker{r: r, kick: make(chan struct{}, 1), sb: sb, log: r.log}
+// newWorker makes the worker of an adopted sandbox, or of a pod seen for the first time.
+func (r *Runner) newWorker(sb *sandbox, pod *corev1.Pod) *worker {
+	w := &worker{r: r, kick: make(chan struct{}, 1), sb: sb, log: r.log, pod: pod}
+	if pod != nil {
+		w.uid = pod.UID
+		w.log = r.log.WithValues("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "vmi", vmiName(pod))
+	}
 	if sb != nil {
 		w.uid = sb.PodUID
 		w.log = r.log.WithValues("pod", sb.Namespace+"/"+sb.Name, "podUID", sb.PodUID, "vmi", sb.VMI)
-		if sb.Exit == nil {
-			w.proc = watch(sb.Launcher)
-			w.log.Info("adopted a running launcher", "pid", sb.Launcher.Pid, "alive", sb.Launcher.alive())
-		}
 	}
 	return w
 }
 
 func (w *worker) update(pod *corev1.Pod) {
 	w.mu.Lock()
-	if w.pod == nil && w.sb == nil {
-		w.log = w.r.log.WithValues("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "vmi", vmiName(pod))
-	}
 	w.pod = pod
 	w.mu.Unlock()
 	w.notify()
@@ -95,6 +93,10 @@ func (w *worker) notify() {
 }
 
 func (w *worker) run(ctx context.Context) {
+	if sb := w.sb; sb != nil && sb.Exit == nil {
+		w.proc = watch(sb.Launcher)
+		w.log.Info("adopted a launcher", "pid", sb.Launcher.Pid, "running", !isDone(w.proc.done))
+	}
 	defer func() {
 		if w.proc != nil {
 			w.proc.release()
@@ -110,7 +112,8 @@ func (w *worker) run(ctx context.Context) {
 			retry = time.After(retryIn)
 		}
 		var exited <-chan struct{}
-		if w.sb != nil && w.sb.Exit == nil && w.proc != nil {
+		// Once seen, an exit is handled by sync; a failure there retries after the backoff.
+		if w.sb != nil && w.sb.Exit == nil && w.proc != nil && !isDone(w.proc.done) {
 			exited = w.proc.done
 		}
 		select {
