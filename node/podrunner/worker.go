@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -184,6 +185,8 @@ func (e *waitErr) Error() string {
 	for c, w := range e.waiting {
 		parts = append(parts, fmt.Sprintf("%s: %s: %s", c, w.Reason, w.Message))
 	}
+	// Sorted, so an unchanged reason reads the same and is not reported again.
+	sort.Strings(parts)
 	return strings.Join(parts, "; ")
 }
 
