@@ -45,6 +45,7 @@ type Options struct {
 	VMDirRoot string
 	Images    launcherspec.ImageResolver
 	Network   handler.Network
+	NodeNetns string
 
 	// APIListen is where the node API listens; AdvertiseHost is the host virt-api dials.
 	APIListen     string
@@ -104,7 +105,7 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 	h := handler.New(mgr.GetClient(), handler.Options{
-		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, Images: o.Images, Network: o.Network,
+		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, Images: o.Images, Network: o.Network, NodeNetns: o.NodeNetns,
 		UseEmulation: func() bool { return watcher.Current().UseEmulation },
 		Log:          log.WithName("handler"),
 	})

@@ -75,9 +75,12 @@ func (b backend) PortForward(ctx context.Context, vmi nodeapi.VMI, port int, pro
 	}
 	target := net.JoinHostPort(nic.GuestAddr, strconv.Itoa(port))
 	var conn net.Conn
-	if nic.GuestAddrInPod {
+	switch {
+	case nic.GuestAddrInPod:
 		conn, err = dialInNetns(ctx, lc.netnsPath(), protocol, target)
-	} else {
+	case b.h.opts.NodeNetns != "":
+		conn, err = dialInNetns(ctx, b.h.opts.NodeNetns, protocol, target)
+	default:
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, protocol, target)
 	}

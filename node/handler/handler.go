@@ -24,6 +24,9 @@ type Options struct {
 	VMDirRoot string
 	Images    launcherspec.ImageResolver
 	Network   Network
+	// NodeNetns is the network namespace from which the node reaches pod IPs; empty means the
+	// node agent's own (as on a real cluster node).
+	NodeNetns string
 	// UseEmulation reports whether guests run under software emulation (KubeVirt CR).
 	UseEmulation func() bool
 	Log          logr.Logger

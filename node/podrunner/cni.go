@@ -39,9 +39,10 @@ func newNetwork(opts CNIOptions, nodeNetns, stateDir string) (*network, error) {
 		"plugins": []any{map[string]any{
 			"type":   "bridge",
 			"bridge": opts.Bridge,
-			// No address on the bridge and no default route in pods: pods reach each other on
-			// this node and nothing else.
-			"isGateway": false,
+			// The bridge holds the subnet's gateway address inside the node's namespace, so the
+			// node reaches its pods (port-forward to a bridge-bound guest dials from there). The
+			// node's namespace has no route further, so pods still reach nothing else.
+			"isGateway": true,
 			"ipMasq":    false,
 			"ipam": map[string]any{
 				"type":    "host-local",
