@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -34,6 +35,7 @@ import (
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/handler"
 	"github.com/qvirt/qvirt/node/launcherspec"
+	vmimetrics "github.com/qvirt/qvirt/node/metrics"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
@@ -53,10 +55,12 @@ type Options struct {
 	// Serving certificate of the node API and the CA of virt-api's client certificate.
 	TLSCertFile, TLSKeyFile, ClientCAFile string
 
-	// Runnables run beside the controller (e.g. the local pod runner, the metrics collector).
+	// Runnables run beside the controller (e.g. the local pod runner).
 	Runnables []manager.Runnable
-	// Handlers are extra HTTP handlers on the metrics listener (e.g. /metrics collectors).
+	// MetricsListen serves /metrics (kubevirt_vmi_* and the agent's own); "" disables it.
 	MetricsListen string
+	// StatsInterval is how often each VM's statistics are refreshed for scrapes.
+	StatsInterval time.Duration
 
 	Log logr.Logger
 }
@@ -110,6 +114,13 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		Log:          log.WithName("handler"),
 	})
 	if err := h.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if o.StatsInterval <= 0 {
+		o.StatsInterval = 10 * time.Second
+	}
+	crmetrics.Registry.MustRegister(vmimetrics.NewCollector(o.NodeName, h))
+	if err := mgr.Add(handler.StatsPoller{H: h, Interval: o.StatsInterval}); err != nil {
 		return nil, err
 	}
 	for _, r := range o.Runnables {
