@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/qvirt/qvirt/internal/pki"
+	"github.com/qvirt/qvirt/internal/proc"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -52,8 +53,8 @@ type Cluster struct {
 	adminKubeconfig string
 	restConfig      *rest.Config
 
-	spawner *spawner
-	procs   []*process // in start order
+	spawner *proc.Spawner
+	procs   []*proc.Process // in start order
 
 	stopOnce sync.Once
 	stopErr  error
@@ -110,7 +111,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	c.spawner = newSpawner()
+	c.spawner = proc.NewSpawner()
 	if err := c.startAll(ctx, opts.ExtraAPIServerFlags); err != nil {
 		return nil, errors.Join(fmt.Errorf("localcluster: %w", err), c.Stop())
 	}
@@ -163,34 +164,34 @@ func (c *Cluster) startAll(ctx context.Context, extraAPIServerFlags []string) er
 	return errors.Join(<-errs, <-errs)
 }
 
-func (c *Cluster) start(name string, args []string) (*process, error) {
-	p, err := startProcess(c.spawner, name, filepath.Join(c.binDir, name), c.logPath(name), args)
+func (c *Cluster) start(name string, args []string) (*proc.Process, error) {
+	p, err := proc.StartProcess(c.spawner, name, filepath.Join(c.binDir, name), c.logPath(name), args)
 	if err != nil {
 		return nil, err
 	}
 	c.procs = append(c.procs, p)
-	c.log.V(1).Info("started", "process", name, "pid", p.pid(), "log", p.logPath)
+	c.log.V(1).Info("started", "process", name, "pid", p.Pid(), "log", p.LogPath)
 	return p, nil
 }
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }
 
 // waitHealthy polls url until it answers 200, the process exits, or ctx ends.
-func (c *Cluster) waitHealthy(ctx context.Context, p *process, client *http.Client, url string) error {
+func (c *Cluster) waitHealthy(ctx context.Context, p *proc.Process, client *http.Client, url string) error {
 	began := time.Now()
 	var last error
 	for {
-		if !p.running() {
-			return p.exitError()
+		if !p.Running() {
+			return p.ExitError()
 		}
 		if last = probe(ctx, client, url); last == nil {
-			c.log.V(1).Info("healthy", "process", p.name, "elapsed", time.Since(began).Round(time.Millisecond))
+			c.log.V(1).Info("healthy", "process", p.Name, "elapsed", time.Since(began).Round(time.Millisecond))
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy at %s: %w (last probe: %v; log %s)", p.name, url, ctx.Err(), last, p.logPath)
-		case <-p.exited:
+			return fmt.Errorf("%s not healthy at %s: %w (last probe: %v; log %s)", p.Name, url, ctx.Err(), last, p.LogPath)
+		case <-p.Exited():
 		case <-time.After(pollInterval):
 		}
 	}
@@ -459,12 +460,12 @@ func (c *Cluster) Stop() error {
 		var errs []error
 		for i := len(c.procs) - 1; i >= 0; i-- {
 			p := c.procs[i]
-			if err := p.stop(stopGrace); err != nil {
+			if err := p.Stop(stopGrace); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if c.spawner != nil {
-			c.spawner.stop()
+			c.spawner.Stop()
 		}
 		c.stopErr = errors.Join(errs...)
 		c.log.Info("control plane stopped", "elapsed", time.Since(began).Round(time.Millisecond), "err", c.stopErr)

@@ -68,7 +68,7 @@ func TestCluster(t *testing.T) {
 	t.Run("stop leaves no process", func(t *testing.T) {
 		pids := make(map[string]int)
 		for _, p := range c.procs {
-			pids[p.name] = p.pid()
+			pids[p.Name] = p.Pid()
 		}
 		if len(pids) != 4 {
 			t.Fatalf("running processes %v, want etcd, kube-apiserver, kube-scheduler, kube-controller-manager", pids)
