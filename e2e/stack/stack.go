@@ -4,33 +4,27 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
-	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
-	"sigs.k8s.io/yaml"
 
 	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/control/virtapi"
+	"github.com/qvirt/qvirt/internal/localmode"
 	"github.com/qvirt/qvirt/internal/pki"
 	"github.com/qvirt/qvirt/node/nodeapi/nodeapitest"
 )
 
 // Namespace is where qvirt's components and the KubeVirt CR live.
-const Namespace = "kubevirt"
+const Namespace = localmode.Namespace
 
 // Stack is a running control plane with virt-api.
 type Stack struct {
@@ -140,83 +134,9 @@ func (s *Stack) startVirtAPI(ctx context.Context, o Options) error {
 	return nil
 }
 
-// register points the virt-api Service at the in-process server (an ExternalName service: the
-// kube-apiserver refuses loopback endpoints) and installs deploy/'s webhooks and APIService.
+// register installs the virt-api Service, webhooks and APIService as local mode does.
 func (s *Stack) register(ctx context.Context) error {
-	port := s.VirtAPI.(*net.TCPAddr).Port
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "virt-api", Namespace: Namespace},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
-			Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}},
-	}
-	if _, err := s.Kube.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("virt-api service: %w", err)
-	}
-	ca := s.CA.CertPEM()
-	docs, err := readYAMLDocs(filepath.Join(s.Root, "deploy", "webhooks.yaml"))
-	if err != nil {
-		return err
-	}
-	p32 := int32(port)
-	for _, d := range docs {
-		var meta metav1.TypeMeta
-		_ = yaml.Unmarshal(d, &meta)
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			var m admissionv1.MutatingWebhookConfiguration
-			if err := yaml.UnmarshalStrict(d, &m); err != nil {
-				return err
-			}
-			for i := range m.Webhooks {
-				m.Webhooks[i].ClientConfig.CABundle = ca
-				m.Webhooks[i].ClientConfig.Service.Port = &p32
-			}
-			if _, err := s.Kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &m, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		case "ValidatingWebhookConfiguration":
-			var v admissionv1.ValidatingWebhookConfiguration
-			if err := yaml.UnmarshalStrict(d, &v); err != nil {
-				return err
-			}
-			for i := range v.Webhooks {
-				v.Webhooks[i].ClientConfig.CABundle = ca
-				v.Webhooks[i].ClientConfig.Service.Port = &p32
-			}
-			if _, err := s.Kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &v, metav1.CreateOptions{}); err != nil {
-				return err
-			}
-		}
-	}
-	apisvcDocs, err := readYAMLDocs(filepath.Join(s.Root, "deploy", "apiservice.yaml"))
-	if err != nil {
-		return err
-	}
-	var as apiregv1.APIService
-	if err := yaml.UnmarshalStrict(apisvcDocs[0], &as); err != nil {
-		return err
-	}
-	as.Spec.CABundle = ca
-	as.Spec.Service.Port = &p32
-	agg, err := aggregator.NewForConfig(s.Cluster.RESTConfig())
-	if err != nil {
-		return err
-	}
-	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, &as, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := agg.ApiregistrationV1().APIServices().Get(ctx, as.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiregv1.Available && c.Status == apiregv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
+	return localmode.RegisterVirtAPI(ctx, s.Cluster.RESTConfig(), filepath.Join(s.Root, "deploy"), s.VirtAPI.(*net.TCPAddr).Port, s.CA.CertPEM())
 }
 
 // Stop ends virt-api and the cluster.
@@ -229,18 +149,4 @@ func (s *Stack) Stop() {
 		}
 	}
 	_ = s.Cluster.Stop()
-}
-
-func readYAMLDocs(path string) ([][]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var docs [][]byte
-	for _, d := range bytes.Split(b, []byte("\n---")) {
-		if len(bytes.TrimSpace(d)) > 0 {
-			docs = append(docs, d)
-		}
-	}
-	return docs, nil
 }
