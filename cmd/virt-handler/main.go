@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/qvirt/qvirt/node/agent"
@@ -24,7 +25,6 @@ import (
 func main() {
 	var o agent.Options
 	klog.InitFlags(nil)
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig; in-cluster configuration when empty")
 	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name")
 	flag.StringVar(&o.Namespace, "namespace", "kubevirt", "namespace of the KubeVirt CR")
 	flag.StringVar(&o.VMDirRoot, "vm-dir-root", "/var/run/qvirt/vms", "host directory holding one directory per VMI, shared with the launchers")
@@ -56,7 +56,8 @@ func main() {
 	if o.NodeName == "" {
 		fail(nil, "--node-name (or NODE_NAME) is required")
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	// --kubeconfig is controller-runtime's flag; in-cluster configuration when it is empty.
+	rc, err := config.GetConfig()
 	if err != nil {
 		fail(err, "kubeconfig")
 	}

@@ -10,7 +10,6 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -37,7 +36,9 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
 			Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}},
 	}
-	if _, err := kube.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	// Registration replaces what an earlier run left: the port changes from run to run.
+	_ = kube.CoreV1().Services(Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{})
+	if _, err := kube.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("virt-api service: %w", err)
 	}
 	docs, err := yamlDocs(filepath.Join(deployDir, "webhooks.yaml"))
@@ -59,7 +60,9 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 			for i := range m.Webhooks {
 				m.Webhooks[i].ClientConfig.CABundle, m.Webhooks[i].ClientConfig.Service.Port = caPEM, &p32
 			}
-			if _, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &m, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			mc := kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
+			_ = mc.Delete(ctx, m.Name, metav1.DeleteOptions{})
+			if _, err := mc.Create(ctx, &m, metav1.CreateOptions{}); err != nil {
 				return err
 			}
 		case "ValidatingWebhookConfiguration":
@@ -70,7 +73,9 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 			for i := range v.Webhooks {
 				v.Webhooks[i].ClientConfig.CABundle, v.Webhooks[i].ClientConfig.Service.Port = caPEM, &p32
 			}
-			if _, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &v, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			vc := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+			_ = vc.Delete(ctx, v.Name, metav1.DeleteOptions{})
+			if _, err := vc.Create(ctx, &v, metav1.CreateOptions{}); err != nil {
 				return err
 			}
 		}
@@ -88,7 +93,8 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 	if err != nil {
 		return err
 	}
-	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, &as, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	_ = agg.ApiregistrationV1().APIServices().Delete(ctx, as.Name, metav1.DeleteOptions{})
+	if _, err := agg.ApiregistrationV1().APIServices().Create(ctx, &as, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
