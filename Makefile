@@ -9,9 +9,9 @@ export PATH := $(TOOLS):$(PATH)
 APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat
 APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat
 
-COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image
+COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local
 
-.PHONY: all deps apt cni tools k8s build generate guest test test-unit bench run clean vet fmt
+.PHONY: all deps apt cni tools k8s build generate guest test test-unit bench run up down launcher-run clean vet fmt
 
 all: build
 
@@ -87,12 +87,27 @@ guest: apt
 	@bash hack/guest/build.sh $(GUEST)
 	@GO=$(GO) bash hack/guest/images.sh $(GUEST)
 
-## run: boot the example VM and print how to reach its console.
-run: apt guest build
+## run: the whole stack on this machine (a real control plane, virt-api, virt-controller, two
+## nodes), boot the example VM and say how to reach it; Ctrl-C tears it all down.
+run: apt cni guest k8s build
+	@bin/qvirt-local --root $(CURDIR) run
+
+## up / down: the same in the background, for scripts; up returns once the example VM runs.
+up: apt cni guest k8s build
+	@mkdir -p _local && rm -f _local/ready
+	@nohup bin/qvirt-local --root $(CURDIR) --ready-file _local/ready run >_local/qvirt-local.log 2>&1 &
+	@for i in $$(seq 1 600); do 		if [ -f _local/ready ]; then grep -A20 '^qvirt is running' _local/qvirt-local.log; exit 0; fi; 		if ! pgrep -f "qvirt-local --root $(CURDIR) --ready-file" >/dev/null; then tail -20 _local/qvirt-local.log; exit 1; fi; 		sleep 1; 	done; echo "timed out; see _local/qvirt-local.log"; exit 1
+
+down:
+	@[ -x bin/qvirt-local ] || $(GO) build -o $(BIN)/ ./cmd/qvirt-local
+	@bin/qvirt-local --root $(CURDIR) down
+
+## launcher-run: one VM under a standalone virt-launcher, no cluster (debugging the runtime).
+launcher-run: apt guest build
 	@bash hack/run-launcher.sh
 
 ## test: every test, with real QEMU under emulation.
-test: apt cni guest k8s
+test: apt cni guest k8s build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./...
 
 test-unit:
