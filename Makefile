@@ -9,7 +9,7 @@ export PATH := $(TOOLS):$(PATH)
 APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat
 APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat
 
-COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local
+COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
 
 .PHONY: all deps apt cni tools k8s build generate guest test test-unit bench run up down launcher-run clean vet fmt
 
