@@ -21,6 +21,8 @@ import (
 // env is what every command needs: the kubeconfig, loaded lazily after flag parsing.
 type env struct {
 	config clientcmd.ClientConfig
+	// connected is set once a command built a client, so argument errors never reach the server.
+	connected bool
 }
 
 // client builds the API client and resolves the namespace (-n, else the context's, else default).
@@ -37,6 +39,7 @@ func (e *env) client() (*kvclient.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	e.connected = true
 	return c, ns, nil
 }
 
@@ -104,8 +107,12 @@ func Execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 // versionSkew returns a warning when the server's major.minor differs from ours, and nothing
-// when the server cannot be asked: the command's own error says why.
+// when the command never reached for the server or the server cannot be asked: the command's
+// own error says why.
 func versionSkew(e *env) string {
+	if !e.connected {
+		return ""
+	}
 	c, _, err := e.client()
 	if err != nil {
 		return ""
