@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/e2e/stack"
@@ -25,7 +26,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	code := m.Run()
+	stopLocal()
 	if shared != nil {
 		shared.Stop()
 	}

@@ -11,7 +11,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/qvirt/qvirt/api/v1"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
@@ -25,6 +28,12 @@ type backend struct{ h *Handler }
 func (b backend) running(vmi nodeapi.VMI) (*vmState, error) {
 	st := b.h.stateByName(vmi.Namespace, vmi.Name)
 	if st == nil {
+		// Just after a node agent restart a VM runs here before it is adopted again.
+		obj := &v1.VirtualMachineInstance{}
+		if err := b.h.client.Get(context.Background(), client.ObjectKey{Namespace: vmi.Namespace, Name: vmi.Name}, obj); err == nil && obj.Status.NodeName == b.h.opts.NodeName {
+			b.h.requeue(types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name})
+			return nil, fmt.Errorf("%w: %s is being adopted by the node agent", nodeapi.ErrUnavailable, vmi)
+		}
 		return nil, fmt.Errorf("%w: %s", nodeapi.ErrNotFound, vmi)
 	}
 	if ls := st.lastStatus(); !running(ls) || st.launcher() == nil {

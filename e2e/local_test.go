@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localmode"
+)
+
+// The whole stack, brought up the way `make up` does it, shared by the tests of this package.
+var (
+	local     *localmode.Cluster
+	localErr  error
+	localOnce sync.Once
+	localDir  string
+)
+
+// e2eNodes differ from `make up`'s, so the tests never touch a cluster a developer runs.
+var e2eNodes = []string{"e2e-node01", "e2e-node02"}
+
+func localStack(t testing.TB) *localmode.Cluster {
+	t.Helper()
+	localcluster.RequireBinaries(t)
+	testenv.RequireQEMU(t)
+	testenv.RequireRoot(t)
+	root := testenv.RepoRoot(t)
+	for _, b := range []string{"virt-api", "virt-controller", "virt-handler", "virt-launcher"} {
+		if _, err := os.Stat(filepath.Join(root, "bin", b)); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("bin/%s missing: make test builds it", b)
+			}
+			t.Skipf("bin/%s not built (run `make build`)", b)
+		}
+	}
+	localOnce.Do(func() {
+		localDir, localErr = os.MkdirTemp("", "qvirt-e2e-local-")
+		if localErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		local, localErr = localmode.Up(ctx, localmode.Options{Root: root, Dir: localDir, Nodes: e2eNodes, Log: logr.Discard()})
+	})
+	if localErr != nil {
+		t.Fatalf("local cluster: %v (logs in %s)", localErr, filepath.Join(localDir, "logs"))
+	}
+	return local
+}
+
+func stopLocal() {
+	if local != nil {
+		if err := local.Down(context.Background()); err != nil {
+			fmt.Fprintf(os.Stderr, "local cluster teardown: %v\n", err)
+		}
+	}
+	if localDir != "" {
+		os.RemoveAll(localDir)
+	}
+}
+
+func kv(t testing.TB, c *localmode.Cluster) client.Client {
+	scheme := runtime.NewScheme()
+	_ = v1.AddToScheme(scheme)
+	cl, err := client.New(c.K8s.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}

@@ -1,0 +1,286 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/internal/localmode"
+	"github.com/qvirt/qvirt/node/podrunner"
+)
+
+// TestVMsOnNodes: VMs applied with kubectl land on a node through the real scheduler, boot,
+// report their IP, serve HTTP over both bindings, and are reachable through virt-api.
+func TestVMsOnNodes(t *testing.T) {
+	c := localStack(t)
+	node := e2eNodes[0]
+	startVM(t, c, vmManifest("web-bridge", node, "bridge"))
+	startVM(t, c, vmManifest("web-masq", node, "masquerade"))
+
+	bridge, masq := getVMI(t, c, "web-bridge"), getVMI(t, c, "web-masq")
+	for _, vmi := range []*v1.VirtualMachineInstance{bridge, masq} {
+		if vmi.Status.NodeName != node || len(vmi.Status.Interfaces) != 1 || vmi.Status.Interfaces[0].IP == "" {
+			t.Fatalf("%s: node %q interfaces %+v", vmi.Name, vmi.Status.NodeName, vmi.Status.Interfaces)
+		}
+	}
+	bridgePod, masqPod := launcherPod(t, c, bridge), launcherPod(t, c, masq)
+	if bridge.Status.Interfaces[0].IP != bridgePod.Status.PodIP {
+		t.Errorf("bridge-bound guest reports %s, pod IP is %s", bridge.Status.Interfaces[0].IP, bridgePod.Status.PodIP)
+	}
+
+	t.Run("bridge binding answers another pod", func(t *testing.T) {
+		httpFromPod(t, masqPod, "http://"+bridge.Status.Interfaces[0].IP+"/", "qvirt-guest")
+	})
+	// The pod network as the node sees it (a bridge-bound pod's own namespace has given its
+	// address to the guest, so it cannot be the client).
+	nodeNetns := "/run/netns/" + podrunner.NodeNetns(node)
+	t.Run("masquerade binding forwards the declared port", func(t *testing.T) {
+		httpFromNetns(t, nodeNetns, "http://"+masqPod.Status.PodIP+":80/", "qvirt-guest")
+	})
+	t.Run("console through the kube-apiserver", func(t *testing.T) {
+		ws := stream(t, c, "virtualmachineinstances/web-masq/console")
+		send(t, ws, "\n")
+		expect(t, ws, "qvirt# ", 60*time.Second)
+		send(t, ws, "echo e2e-$((6*7))\n")
+		expect(t, ws, "e2e-42", 30*time.Second)
+	})
+	t.Run("vnc answers RFB", func(t *testing.T) {
+		ws := stream(t, c, "virtualmachineinstances/web-masq/vnc")
+		expect(t, ws, "RFB 003.008", 30*time.Second)
+	})
+	t.Run("port-forward fetches the guest page", func(t *testing.T) {
+		for _, path := range []string{"virtualmachineinstances/web-masq/portforward/80/tcp", "virtualmachines/web-bridge/portforward/80/tcp"} {
+			ws := stream(t, c, path)
+			send(t, ws, "GET / HTTP/1.0\r\n\r\n")
+			expect(t, ws, "qvirt-guest", 30*time.Second)
+		}
+	})
+	t.Run("screenshot is a PNG", func(t *testing.T) {
+		png, err := c.K8s.Kubectl("get", "--raw", "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-masq/vnc/screenshot").Output()
+		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+			t.Fatalf("screenshot: %v %q", err, png[:min(len(png), 16)])
+		}
+	})
+	t.Run("metrics move", func(t *testing.T) {
+		addr := c.HandlerMetrics[node]
+		var first string
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+			first = scrape(t, addr)
+			if _, ok := sample(first, "kubevirt_vmi_network_transmit_bytes_total", "web-masq", ""); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no network series yet:\n%s", grepLines(first, "kubevirt_vmi_"))
+			}
+		}
+		httpFromNetns(t, nodeNetns, "http://"+masqPod.Status.PodIP+":80/", "qvirt-guest")
+		time.Sleep(6 * time.Second) // one stats interval
+		second := scrape(t, addr)
+		for _, f := range []struct{ family, extra string }{
+			{"kubevirt_vmi_cpu_usage_seconds_total", ""},
+			{"kubevirt_vmi_vcpu_seconds_total", `state="running"`},
+			{"kubevirt_vmi_network_transmit_bytes_total", ""},
+			{"kubevirt_vmi_network_receive_bytes_total", ""},
+		} {
+			a, ok1 := sample(first, f.family, "web-masq", f.extra)
+			b, ok2 := sample(second, f.family, "web-masq", f.extra)
+			if !ok1 || !ok2 || b <= a {
+				t.Errorf("%s did not move: %v -> %v", f.family, a, b)
+			}
+		}
+		for _, family := range []string{"kubevirt_vmi_memory_resident_bytes", "kubevirt_vmi_memory_domain_bytes", "kubevirt_vmi_storage_read_traffic_bytes_total", "kubevirt_vmi_storage_iops_read_total"} {
+			if v, ok := sample(second, family, "web-masq", ""); !ok || v <= 0 {
+				t.Errorf("%s = %v, %v", family, v, ok)
+			}
+		}
+		if !strings.Contains(second, `kubernetes_vmi_label_app="web-masq"`) || !strings.Contains(second, `node="`+node+`"`) {
+			t.Error("series lack the node and VMI-label labels")
+		}
+	})
+}
+
+// TestNodeAgentRestartKeepsGuests: killing virt-handler with SIGKILL leaves the guest running,
+// and status updates resume once it is back.
+func TestNodeAgentRestartKeepsGuests(t *testing.T) {
+	c := localStack(t)
+	node := e2eNodes[1]
+	startVM(t, c, vmManifest("survivor", node, "masquerade"))
+	vmi := getVMI(t, c, "survivor")
+	ws := stream(t, c, "virtualmachineinstances/survivor/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 60*time.Second)
+	qemu := qemuPIDs(c, vmi.UID)
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU processes of the VM: %v", qemu)
+	}
+	send(t, ws, "echo boot-$(cut -d' ' -f1 /proc/uptime)\n")
+	before := expect(t, ws, "boot-", 20*time.Second)
+	_ = before
+
+	if err := c.Kill("virt-handler-" + node); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if syscall.Kill(qemu[0], 0) != nil {
+		t.Fatal("QEMU died with the node agent")
+	}
+	if err := c.Restart("virt-handler-" + node); err != nil {
+		t.Fatal(err)
+	}
+	if got := qemuPIDs(c, vmi.UID); len(got) != 1 || got[0] != qemu[0] {
+		t.Fatalf("QEMU restarted: %v -> %v", qemu, got)
+	}
+	// Status updates resume: a pause through virt-api shows on the VMI.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	putSub(t, c, "virtualmachineinstances/survivor/pause")
+	waitCondition(t, ctx, c, "survivor", v1.VirtualMachineInstancePaused, corev1.ConditionTrue)
+	putSub(t, c, "virtualmachineinstances/survivor/unpause")
+	waitCondition(t, ctx, c, "survivor", v1.VirtualMachineInstancePaused, corev1.ConditionFalse)
+	if got := getVMI(t, c, "survivor"); got.UID != vmi.UID || got.Status.Phase != v1.Running {
+		t.Errorf("VMI after the restart: uid %s phase %s", got.UID, got.Status.Phase)
+	}
+	ws2 := stream(t, c, "virtualmachineinstances/survivor/console")
+	send(t, ws2, "\necho still-$((1+1))\n")
+	expect(t, ws2, "still-2", 30*time.Second)
+}
+
+// TestQEMUCrashAndCleanup: a killed QEMU fails its VMI, runStrategy Always boots a new one, and
+// deleting the VM leaves nothing on the node.
+func TestQEMUCrashAndCleanup(t *testing.T) {
+	c := localStack(t)
+	startVM(t, c, vmManifest("crashy", e2eNodes[1], "bridge"))
+	old := getVMI(t, c, "crashy")
+	pids := qemuPIDs(c, old.UID)
+	if len(pids) != 1 {
+		t.Fatalf("QEMU of the VM: %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var failed bool
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vmi := &v1.VirtualMachineInstance{}
+		if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: "crashy"}, vmi); err != nil {
+			return false, nil
+		}
+		if vmi.UID == old.UID && vmi.Status.Phase == v1.Failed {
+			failed = true
+		}
+		return vmi.UID != old.UID && vmi.Status.Phase == v1.Running, nil
+	})
+	if err != nil {
+		t.Fatalf("no new running VMI after the crash: %v", err)
+	}
+	if !failed {
+		t.Log("the failed VMI was replaced before a poll saw it")
+	}
+	fresh := getVMI(t, c, "crashy")
+	ws := stream(t, c, "virtualmachineinstances/crashy/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 90*time.Second)
+
+	pod := launcherPod(t, c, fresh)
+	if err := c.K8s.Kubectl("delete", "vm", "crashy", "--wait=true", "--timeout=120s").Run(); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		return len(qemuPIDs(c, fresh.UID)) == 0 && !exists("/run/netns/qvpod-"+string(pod.UID)) && !mounted(string(pod.UID)), nil
+	})
+	if err != nil {
+		t.Fatalf("left behind: qemu %v netns %v mount %v", qemuPIDs(c, fresh.UID), exists("/run/netns/qvpod-"+string(pod.UID)), mounted(string(pod.UID)))
+	}
+	if launchers := processesWith(string(fresh.UID)); len(launchers) > 0 {
+		t.Errorf("processes left for the VMI: %v", launchers)
+	}
+}
+
+func waitCondition(t *testing.T, ctx context.Context, c *localmode.Cluster, name string, ct v1.VirtualMachineInstanceConditionType, want corev1.ConditionStatus) {
+	t.Helper()
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vmi := &v1.VirtualMachineInstance{}
+		if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, vmi); err != nil {
+			return false, nil
+		}
+		for _, cond := range vmi.Status.Conditions {
+			if cond.Type == ct {
+				return cond.Status == want, nil
+			}
+		}
+		return want == corev1.ConditionFalse, nil
+	})
+	if err != nil {
+		t.Fatalf("%s condition %s never became %s", name, ct, want)
+	}
+}
+
+// putSub calls a PUT subresource as the admin, through the aggregation layer.
+// It retries while the node agent is (re)starting.
+func putSub(t *testing.T, c *localmode.Cluster, path string) {
+	t.Helper()
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		out, err = c.K8s.Kubectl("replace", "--raw", "/apis/subresources.kubevirt.io/v1/namespaces/default/"+path, "-f", "/dev/null").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "ServiceUnavailable") {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("PUT %s: %v %s", path, err, out)
+	}
+}
+
+// qemuPIDs finds the QEMU processes of a VMI by its directory in their command line.
+func qemuPIDs(c *localmode.Cluster, uid types.UID) []int {
+	var out []int
+	for _, pid := range processesWith(filepath.Join(c.VMDirRoot(), string(uid)) + "/qmp.sock") {
+		out = append(out, pid)
+	}
+	return out
+}
+
+func processesWith(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		var pid int
+		if _, err := sscanInt(e.Name(), &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func mounted(s string) bool {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	return strings.Contains(string(b), s)
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
