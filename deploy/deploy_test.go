@@ -224,8 +224,9 @@ func TestReferences(t *testing.T) {
 			} else if !serviceAccounts[ns+"/"+spec.ServiceAccountName] {
 				t.Errorf("ServiceAccount %s/%s is declared nowhere", ns, spec.ServiceAccountName)
 			}
-			// ref checks one reference to a Secret or ConfigMap key ("" for the whole object).
-			ref := func(kind, name, key, where string) {
+			// ref checks one reference to a Secret or ConfigMap key ("" for the whole object);
+			// false means the object itself is unknown.
+			ref := func(kind, name, key, where string) bool {
 				keys, ok := known[kind][ns+"/"+name]
 				switch {
 				case !ok:
@@ -233,6 +234,7 @@ func TestReferences(t *testing.T) {
 				case key != "" && !keys[key]:
 					t.Errorf("%s: %s %s/%s has no key %q (README.md)", where, kind, ns, name, key)
 				}
+				return ok
 			}
 			// files lists, by volume, the file names it provides (nil: not a Secret or ConfigMap).
 			files := map[string][]string{}
@@ -245,7 +247,9 @@ func TestReferences(t *testing.T) {
 					return
 				}
 				for _, it := range items {
-					ref(kind, name, it.Key, "volume "+vol)
+					if !ref(kind, name, it.Key, "volume "+vol) {
+						return
+					}
 					files[vol] = append(files[vol], it.Path)
 				}
 			}
