@@ -47,8 +47,18 @@ type Env struct {
 	PVCPath func(claimName string) (string, error)
 }
 
+// noImages is the resolver of a node without an image store: every image is missing.
+type noImages struct{}
+
+func (noImages) File(image, _ string) (string, error) {
+	return "", fmt.Errorf("%w: %s (this node has no image store for containerDisk and kernelBoot images)", ErrImageNotFound, image)
+}
+
 // Build converts vmi. Errors name the VMI field that could not be honoured.
 func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error) {
+	if env.Images == nil {
+		env.Images = noImages{}
+	}
 	spec := &vmi.Spec
 	dom := &spec.Domain
 	root := field.NewPath("spec", "domain")
