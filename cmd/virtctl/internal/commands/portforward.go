@@ -82,10 +82,11 @@ Every local connection opens its own websocket stream through the Kubernetes API
 
 // forward listens on every port, then serves them until ctx ends.
 func forward(ctx context.Context, address string, ports []forwardedPort, open func(forwardedPort) opener, stdout, stderr io.Writer) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The listeners close when ctx ends; a failed listen ends it before waiting for the others.
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	for _, p := range ports {
 		hostPort := net.JoinHostPort(address, strconv.Itoa(p.local))
 		var lnAddr net.Addr

@@ -197,6 +197,20 @@ func TestPortForwardOpensAStreamPerConnection(t *testing.T) {
 	}
 }
 
+func TestPortForwardFailsWhenALocalPortIsTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	api := newFakeAPI(t, echoStream)
+	res := run(t, api.kubeconfig(t, "", "default"), nil, "port-forward", "vm/tiny", ":80", fmt.Sprintf("%d:81", port))
+	if res.code == 0 || !strings.Contains(res.stderr, fmt.Sprintf("unable to listen on tcp/127.0.0.1:%d", port)) {
+		t.Errorf("%+v", res)
+	}
+}
+
 func TestVNCProxyOnlyServesOneViewerAtATime(t *testing.T) {
 	api := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {
 		ws, err := upgrader.Upgrade(w, r, nil)
