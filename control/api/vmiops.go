@@ -53,9 +53,7 @@ func isPaused(vmi *v1.VirtualMachineInstance) bool {
 // command relays pause, unpause, reset and softreboot to the node agent.
 func (s *Server) command(cmd nodeapi.Command) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var o struct {
-			DryRun []string `json:"dryRun,omitempty"`
-		}
+		var o v1.PauseOptions
 		if err := decodeBody(r, &o); err != nil {
 			writeError(w, err)
 			return

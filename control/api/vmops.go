@@ -15,26 +15,6 @@ import (
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
 
-type startOptions struct {
-	Paused bool     `json:"paused,omitempty"`
-	DryRun []string `json:"dryRun,omitempty"`
-}
-
-type stopOptions struct {
-	GracePeriod *int64   `json:"gracePeriod,omitempty"`
-	DryRun      []string `json:"dryRun,omitempty"`
-}
-
-type restartOptions struct {
-	GracePeriodSeconds *int64   `json:"gracePeriodSeconds,omitempty"`
-	DryRun             []string `json:"dryRun,omitempty"`
-}
-
-type migrateOptions struct {
-	AddedNodeSelector map[string]string `json:"addedNodeSelector,omitempty"`
-	DryRun            []string          `json:"dryRun,omitempty"`
-}
-
 // decodeBody reads the options of a PUT. virtctl sends them without a Content-Type and
 // sometimes sends no body at all: an empty body means default options.
 func decodeBody(r *http.Request, into any) error {
@@ -113,7 +93,7 @@ func (s *Server) handleVM(w http.ResponseWriter, r *http.Request, opts any, op f
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
-	var o startOptions
+	var o v1.StartOptions
 	s.handleVM(w, r, &o, func(ctx context.Context, vm *v1.VirtualMachine, rs v1.VirtualMachineRunStrategy, vmi *v1.VirtualMachineInstance) error {
 		dry := dryRun(o.DryRun)
 		var data map[string]string
@@ -144,7 +124,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
-	var o stopOptions
+	var o v1.StopOptions
 	s.handleVM(w, r, &o, func(ctx context.Context, vm *v1.VirtualMachine, rs v1.VirtualMachineRunStrategy, vmi *v1.VirtualMachineInstance) error {
 		dry := dryRun(o.DryRun)
 		if !vmRunning(vmi) && rs != v1.RunStrategyAlways {
@@ -167,7 +147,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
-	var o restartOptions
+	var o v1.RestartOptions
 	s.handleVM(w, r, &o, func(ctx context.Context, vm *v1.VirtualMachine, rs v1.VirtualMachineRunStrategy, vmi *v1.VirtualMachineInstance) error {
 		dry := dryRun(o.DryRun)
 		switch rs {
@@ -189,7 +169,7 @@ func (s *Server) restart(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) migrate(w http.ResponseWriter, r *http.Request) {
-	var o migrateOptions
+	var o v1.MigrateOptions
 	s.handleVM(w, r, &o, func(ctx context.Context, vm *v1.VirtualMachine, _ v1.VirtualMachineRunStrategy, vmi *v1.VirtualMachineInstance) error {
 		if vmi == nil || vmi.Status.Phase != v1.Running {
 			return conflict("VM is not running")
