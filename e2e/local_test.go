@@ -27,8 +27,9 @@ var (
 	localDir  string
 )
 
-// e2eNodes differ from `make up`'s, so the tests never touch a cluster a developer runs.
-var e2eNodes = []string{"e2e-node01", "e2e-node02"}
+// e2eNodes differ from `make up`'s and from any other test run's, so the tests never touch a
+// cluster someone else runs on this machine.
+var e2eNodes = []string{fmt.Sprintf("e2e%d-n1", os.Getpid()%10000), fmt.Sprintf("e2e%d-n2", os.Getpid()%10000)}
 
 func localStack(t testing.TB) *localmode.Cluster {
 	t.Helper()

@@ -1,8 +1,8 @@
-package main
+package e2e
 
-// These tests run the built virtctl against a local cluster (`bin/qvirt-local run`, or `make
-// up`) through its _local/kubeconfig, and skip when none is reachable. They use the example
-// VM "tiny": a busybox guest with a root shell on its serial console and HTTP on port 80.
+// These tests run the built virtctl (bin/virtctl) against the local cluster, as a user would,
+// with the example VM "tiny" from deploy/examples: a busybox guest with a root shell on its
+// serial console and HTTP on port 80.
 
 import (
 	"bytes"
@@ -26,84 +26,40 @@ import (
 
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/e2e/testenv"
 )
 
 const vmName = "tiny"
 
-var (
-	built    string
-	buildErr error
-	once     sync.Once
-)
+var tinyOnce sync.Once
 
-// cluster returns the kubeconfig of a reachable local cluster whose VMI tiny is Running, and a
-// virtctl built from this package; it skips the test otherwise.
-func cluster(t *testing.T) (kubeconfig, virtctl string, kv client.Client) {
+// cluster returns the admin kubeconfig of the local cluster, with the example VM running, and
+// the virtctl binary.
+func cluster(t *testing.T) (kubeconfig, virtctl string, kvc client.Client) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a local cluster; skipped in -short mode")
-	}
-	kubeconfig = os.Getenv("VIRTCTL_TEST_KUBECONFIG")
-	if kubeconfig == "" {
-		root, err := filepath.Abs("../..")
-		if err != nil {
-			t.Fatal(err)
+	c := localStack(t)
+	root := testenv.RepoRoot(t)
+	virtctl = filepath.Join(root, "bin", "virtctl")
+	if _, err := os.Stat(virtctl); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("bin/virtctl missing: make test builds it")
 		}
-		kubeconfig = filepath.Join(root, "_local", "kubeconfig")
+		t.Skipf("bin/virtctl not built (run `make build`)")
 	}
-	if _, err := os.Stat(kubeconfig); err != nil {
-		t.Skipf("no local cluster: %s missing (start one with `bin/qvirt-local --root . run`)", kubeconfig)
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Skipf("no local cluster: %s: %v", kubeconfig, err)
-	}
-	rc.Timeout = 5 * time.Second
-	scheme := runtime.NewScheme()
-	_ = v1.AddToScheme(scheme)
-	kv, err = client.New(rc, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Skipf("no local cluster: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	vmi := &v1.VirtualMachineInstance{}
-	if err := kv.Get(ctx, client.ObjectKey{Namespace: "default", Name: vmName}, vmi); err != nil {
-		t.Skipf("no local cluster with VMI default/%s reachable through %s: %v", vmName, kubeconfig, err)
-	}
-	if vmi.Status.Phase != v1.Running {
-		t.Skipf("VMI default/%s is %q, not Running", vmName, vmi.Status.Phase)
-	}
-
-	once.Do(func() {
-		dir, err := os.MkdirTemp("", "virtctl-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		built = filepath.Join(dir, "virtctl")
-		out, err := exec.Command("go", "build", "-o", built, ".").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
+	var err error
+	tinyOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		_, err = c.ApplyAndWait(ctx, filepath.Join(root, "deploy", "examples", "vm-tiny.yaml"), 3*time.Minute)
 	})
-	if buildErr != nil {
-		t.Fatalf("building virtctl: %v", buildErr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return kubeconfig, built, kv
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if built != "" {
-		os.RemoveAll(filepath.Dir(built))
-	}
-	os.Exit(code)
+	return c.K8s.Kubeconfig(), virtctl, kv(t, c)
 }
 
 // virtctl runs one command to completion.
@@ -421,5 +377,57 @@ func TestLocalPauseAndUnpause(t *testing.T) {
 	_, stderr, code = virtctl(t, kubeconfig, bin, "unpause", "vm", vmName)
 	if code == 0 || !strings.Contains(stderr, "Error unpausing VirtualMachineInstance tiny: VMI is not paused") {
 		t.Errorf("second unpause: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestLocalLifecycleFollowsVirtctl runs last in this file: it stops the example VM.
+func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
+	kubeconfig, bin, _ := cluster(t)
+	c := localStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	status := func(want string) {
+		t.Helper()
+		if err := c.WaitVMStatus(ctx, "default", vmName, want, 3*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) {
+		t.Helper()
+		if _, stderr, code := virtctl(t, kubeconfig, bin, args...); code != 0 {
+			t.Fatalf("virtctl %v: exit %d: %s", args, code, stderr)
+		}
+	}
+	before := getVMI(t, c, vmName)
+	run("pause", "vm", vmName)
+	status("Paused")
+	run("unpause", "vm", vmName)
+	status("Running")
+
+	run("restart", vmName)
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vmi := &v1.VirtualMachineInstance{}
+		if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: vmName}, vmi); err != nil {
+			return false, nil
+		}
+		return vmi.UID != before.UID && vmi.Status.Phase == v1.Running, nil
+	})
+	if err != nil {
+		t.Fatalf("restart did not bring up a new VMI: %v", err)
+	}
+	status("Running")
+	after := getVMI(t, c, vmName)
+
+	run("stop", vmName)
+	status("Stopped")
+	err = wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vmi := &v1.VirtualMachineInstance{}
+		gone := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: vmName}, vmi) != nil
+		var pods corev1.PodList
+		_ = kv(t, c).List(ctx, &pods, client.MatchingLabels{"kubevirt.io/created-by": string(after.UID)})
+		return gone && len(pods.Items) == 0 && len(processesWith(string(after.UID))) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("after stop something is left: processes %v", processesWith(string(after.UID)))
 	}
 }
