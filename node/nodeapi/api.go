@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"io"
+
+	"github.com/qvirt/qvirt/internal/wsstream"
 )
 
 // VMI names a VM instance on the node.
@@ -58,4 +60,4 @@ var (
 const EndpointAnnotation = "qvirt.io/handler-endpoint"
 
 // Subprotocol is the websocket subprotocol of every stream, as KubeVirt's.
-const Subprotocol = "plain.kubevirt.io"
+const Subprotocol = wsstream.Subprotocol

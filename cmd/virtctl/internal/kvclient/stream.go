@@ -9,17 +9,18 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/transport"
+
+	"github.com/qvirt/qvirt/internal/wsstream"
 )
 
 // Subprotocol is the websocket subprotocol of KubeVirt's console, VNC and port-forward streams.
-const Subprotocol = "plain.kubevirt.io"
+const Subprotocol = wsstream.Subprotocol
 
 // StreamError is a websocket upgrade the server refused with an HTTP error.
 type StreamError struct {
@@ -149,95 +150,10 @@ func refused(resp *http.Response) error {
 	return se
 }
 
-// Conn adapts a websocket to io.ReadWriteCloser: every Write is one binary message, text
-// messages are skipped, and a close frame reads as EOF.
-type Conn struct {
-	ws   *websocket.Conn
-	wmu  sync.Mutex
-	r    io.Reader
-	once sync.Once
-}
+// Conn is one stream: binary websocket messages as a byte stream (or datagrams, for UDP).
+type Conn = wsstream.Conn
 
-func newConn(ws *websocket.Conn) *Conn { return &Conn{ws: ws} }
-
-func (c *Conn) Read(p []byte) (int, error) {
-	for {
-		if c.r == nil {
-			r, err := c.nextBinary()
-			if err != nil {
-				return 0, err
-			}
-			c.r = r
-		}
-		n, err := c.r.Read(p)
-		if errors.Is(err, io.EOF) {
-			c.r = nil
-			if n == 0 {
-				continue
-			}
-			err = nil
-		}
-		return n, err
-	}
-}
-
-// ReadMessage returns the next binary message whole, for datagram streams (UDP forwarding).
-// It must not be mixed with Read.
-func (c *Conn) ReadMessage() ([]byte, error) {
-	r, err := c.nextBinary()
-	if err != nil {
-		return nil, err
-	}
-	return io.ReadAll(r)
-}
-
-func (c *Conn) nextBinary() (io.Reader, error) {
-	for {
-		typ, r, err := c.ws.NextReader()
-		if err != nil {
-			var ce *websocket.CloseError
-			if errors.As(err, &ce) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, io.EOF
-			}
-			return nil, err
-		}
-		if typ == websocket.BinaryMessage {
-			return r, nil
-		}
-	}
-}
-
-func (c *Conn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// Close says goodbye with a close frame, then drops the connection. WriteControl may run
-// concurrently with a blocked Write, so no lock is taken.
-func (c *Conn) Close() error {
-	var err error
-	c.once.Do(func() {
-		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-		err = c.ws.Close()
-	})
-	return err
-}
+func newConn(ws *websocket.Conn) *Conn { return wsstream.New(ws, 0) }
 
 // Splice copies both ways until either side ends, then closes both.
-func Splice(a, b io.ReadWriteCloser) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	cp := func(dst, src io.ReadWriteCloser) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		_ = dst.Close()
-		_ = src.Close()
-	}
-	go cp(a, b)
-	go cp(b, a)
-	wg.Wait()
-}
+func Splice(a, b io.ReadWriteCloser) { wsstream.Splice(a, b) }
