@@ -65,7 +65,7 @@ spec:
 }
 
 // startVM applies a manifest and waits for the VM to run.
-func startVM(t *testing.T, c *localmode.Cluster, manifest string) {
+func startVM(t testing.TB, c *localmode.Cluster, manifest string) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "vm.yaml")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
@@ -141,7 +141,7 @@ func httpFromNetns(t *testing.T, ns, url, want string) {
 }
 
 // stream opens a subresource websocket through the kube-apiserver, as virtctl does.
-func stream(t *testing.T, c *localmode.Cluster, path string) *websocket.Conn {
+func stream(t testing.TB, c *localmode.Cluster, path string) *websocket.Conn {
 	t.Helper()
 	cfg := c.K8s.RESTConfig()
 	tlsCfg, err := rest.TLSConfigFor(cfg)
@@ -171,7 +171,7 @@ func stream(t *testing.T, c *localmode.Cluster, path string) *websocket.Conn {
 }
 
 // expect reads binary messages until the accumulated output contains want.
-func expect(t *testing.T, ws *websocket.Conn, want string, within time.Duration) string {
+func expect(t testing.TB, ws *websocket.Conn, want string, within time.Duration) string {
 	t.Helper()
 	var buf bytes.Buffer
 	deadline := time.Now().Add(within)
@@ -188,7 +188,7 @@ func expect(t *testing.T, ws *websocket.Conn, want string, within time.Duration)
 	return buf.String()
 }
 
-func send(t *testing.T, ws *websocket.Conn, s string) {
+func send(t testing.TB, ws *websocket.Conn, s string) {
 	t.Helper()
 	if err := ws.WriteMessage(websocket.BinaryMessage, []byte(s)); err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func send(t *testing.T, ws *websocket.Conn, s string) {
 }
 
 // scrape returns the node agent's /metrics text.
-func scrape(t *testing.T, addr string) string {
+func scrape(t testing.TB, addr string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
