@@ -1,0 +1,90 @@
+package config_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/e2e/testenv"
+)
+
+// TestWatcherFollowsTheKubeVirtCR changes the CR on a real kube-apiserver and sees the new rate
+// limits and gates reach the listeners without a restart.
+func TestWatcherFollowsTheKubeVirtCR(t *testing.T) {
+	localcluster.RequireBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	crds := filepath.Join(testenv.RepoRoot(t), "deploy", "crds")
+	if out, err := c.Kubectl("apply", "--server-side", "-f", crds).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if out, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crds).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	kube, _ := kubernetes.NewForConfig(c.RESTConfig())
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := config.NewWatcher(c.RESTConfig(), "kubevirt", config.VirtAPI, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan config.Snapshot, 10)
+	w.OnChange(func(s config.Snapshot) { changes <- s })
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.Current(); s.QPS != config.DefaultQPS || s.Burst != config.DefaultBurst {
+		t.Fatalf("without a CR: %+v", s)
+	}
+
+	scheme := runtime.NewScheme()
+	_ = v1.AddToScheme(scheme)
+	cl, _ := client.New(c.RESTConfig(), client.Options{Scheme: scheme})
+	kv := &v1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt", Namespace: "kubevirt"}, Spec: v1.KubeVirtSpec{Configuration: v1.KubeVirtConfiguration{
+		DeveloperConfiguration: &v1.DeveloperConfiguration{FeatureGates: []string{"HostDisk"}},
+		APIConfiguration: &v1.ReloadableComponentConfiguration{RestClient: &v1.RESTClientConfiguration{RateLimiter: &v1.RateLimiter{
+			TokenBucketRateLimiter: &v1.TokenBucketRateLimiter{QPS: 7, Burst: 9}}}},
+	}}}
+	if err := cl.Create(ctx, kv); err != nil {
+		t.Fatal(err)
+	}
+	s := next(t, changes)
+	if s.QPS != 7 || s.Burst != 9 || !s.FeatureGateEnabled("HostDisk") {
+		t.Fatalf("after create: %+v", s)
+	}
+	kv.Spec.Configuration.APIConfiguration.RestClient.RateLimiter.TokenBucketRateLimiter.QPS = 11
+	if err := cl.Update(ctx, kv); err != nil {
+		t.Fatal(err)
+	}
+	if s := next(t, changes); s.QPS != 11 || !w.FeatureGateEnabled("HostDisk") {
+		t.Fatalf("after update: %+v", s)
+	}
+}
+
+func next(t *testing.T, ch <-chan config.Snapshot) config.Snapshot {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatal("no configuration change seen")
+	}
+	return config.Snapshot{}
+}
