@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -73,6 +74,7 @@ func stopLocal() {
 
 func kv(t testing.TB, c *localmode.Cluster) client.Client {
 	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)
 	cl, err := client.New(c.K8s.RESTConfig(), client.Options{Scheme: scheme})
 	if err != nil {
