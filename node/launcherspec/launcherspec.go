@@ -208,7 +208,7 @@ func disks(vmi *v1.VirtualMachineInstance, env Env) ([]*launcherapi.Disk, field.
 			errs = append(errs, field.NotFound(p.Child("name"), d.Name))
 			continue
 		}
-		if err := source(ld, vol, env); err != nil {
+		if err := source(ld, vol, vmi, env); err != nil {
 			errs = append(errs, field.Invalid(field.NewPath("spec", "volumes").Key(vol.Name), vol.Name, err.Error()))
 			continue
 		}
@@ -229,7 +229,7 @@ func bus(b v1.DiskBus) launcherapi.Bus {
 	return launcherapi.Bus(-1) // refused by the launcher with the field named
 }
 
-func source(ld *launcherapi.Disk, vol *v1.Volume, env Env) error {
+func source(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineInstance, env Env) error {
 	switch {
 	case vol.ContainerDisk != nil:
 		path, err := env.Images.File(vol.ContainerDisk.Image, vol.ContainerDisk.Path)
@@ -247,7 +247,7 @@ func source(ld *launcherapi.Disk, vol *v1.Volume, env Env) error {
 		if err != nil {
 			return fmt.Errorf("networkDataBase64: %w", err)
 		}
-		ld.Source = &launcherapi.Disk_CloudInitNoCloud{CloudInitNoCloud: &launcherapi.CloudInitNoCloudSource{UserData: user, NetworkData: network}}
+		ld.Source = &launcherapi.Disk_CloudInitNoCloud{CloudInitNoCloud: &launcherapi.CloudInitNoCloudSource{UserData: user, NetworkData: network, MetaData: metaData(vmi)}}
 	case vol.EmptyDisk != nil:
 		ld.Source = &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: uint64(vol.EmptyDisk.Capacity.Value())}}
 	case vol.HostDisk != nil:
@@ -269,6 +269,15 @@ func source(ld *launcherapi.Disk, vol *v1.Volume, env Env) error {
 		return errors.New("this volume type is not supported by qvirt")
 	}
 	return nil
+}
+
+// metaData is the NoCloud meta-data KubeVirt writes: the instance and the guest's hostname.
+func metaData(vmi *v1.VirtualMachineInstance) string {
+	host := vmi.Spec.Hostname
+	if host == "" {
+		host = vmi.Name
+	}
+	return fmt.Sprintf("instance-id: %s.%s\nlocal-hostname: %s\n", vmi.Name, vmi.Namespace, host)
 }
 
 func pick(plain, b64 string) (string, error) {

@@ -73,7 +73,8 @@ func TestBuildFromAKubeVirtVMI(t *testing.T) {
 	if cd := spec.Disks[0].GetContainerDisk(); cd == nil || cd.BasePath != qcow || cd.BaseFormat != launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2 || spec.Disks[0].BootOrder != 1 {
 		t.Errorf("container disk: %v", spec.Disks[0])
 	}
-	if d := spec.Disks[1]; d.Device != launcherapi.DiskDevice_DISK_DEVICE_CDROM || d.Bus != launcherapi.Bus_BUS_SATA || d.GetCloudInitNoCloud().GetUserData() != "#!/bin/sh\n" {
+	if d := spec.Disks[1]; d.Device != launcherapi.DiskDevice_DISK_DEVICE_CDROM || d.Bus != launcherapi.Bus_BUS_SATA || d.GetCloudInitNoCloud().GetUserData() != "#!/bin/sh\n" ||
+		d.GetCloudInitNoCloud().GetMetaData() != "instance-id: vm.ns\nlocal-hostname: vm\n" {
 		t.Errorf("cloud-init cdrom: %v", d)
 	}
 	if d := spec.Disks[2]; d.Bus != launcherapi.Bus_BUS_SCSI || d.GetEmptyDisk().GetCapacityBytes() != 1<<30 {
