@@ -399,6 +399,19 @@ func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 		}
 	}
 	before := getVMI(t, c, vmName)
+	// A soft reboot restarts the guest in the same VMI and QEMU: it boots a second time.
+	serial := filepath.Join(c.VMDirRoot(), string(before.UID), "serial0.log")
+	boots := func() int { b, _ := os.ReadFile(serial); return strings.Count(string(b), "qvirt-guest: booted") }
+	first := boots()
+	run("soft-reboot", vmName)
+	for deadline := time.Now().Add(2 * time.Minute); boots() <= first; time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the guest did not boot again after soft-reboot")
+		}
+	}
+	if got := getVMI(t, c, vmName); got.UID != before.UID || got.Status.Phase != v1.Running {
+		t.Fatalf("soft reboot replaced or stopped the VMI: %s %s", got.UID, got.Status.Phase)
+	}
 	run("pause", "vm", vmName)
 	status("Paused")
 	run("unpause", "vm", vmName)

@@ -2119,14 +2119,16 @@ const file_launcher_proto_rawDesc = "" +
 	"\x14EXIT_REASON_SHUTDOWN\x10\x02\x12\x16\n" +
 	"\x12EXIT_REASON_KILLED\x10\x03\x12\x17\n" +
 	"\x13EXIT_REASON_CRASHED\x10\x04\x12\x1c\n" +
-	"\x18EXIT_REASON_FAILED_START\x10\x052\xdc\x05\n" +
+	"\x18EXIT_REASON_FAILED_START\x10\x052\xa7\x06\n" +
 	"\bLauncher\x12I\n" +
 	"\x04Sync\x12\x1e.qvirt.launcher.v1.SyncRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12D\n" +
 	"\x05Pause\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12F\n" +
 	"\aUnpause\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12Q\n" +
 	"\bShutdown\x12\".qvirt.launcher.v1.ShutdownRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12C\n" +
 	"\x04Kill\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12D\n" +
-	"\x05Reset\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12C\n" +
+	"\x05Reset\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12I\n" +
+	"\n" +
+	"SoftReboot\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12C\n" +
 	"\x05Stats\x12\x18.qvirt.launcher.v1.Empty\x1a .qvirt.launcher.v1.StatsResponse\x12E\n" +
 	"\x06Status\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12M\n" +
 	"\n" +
@@ -2208,22 +2210,24 @@ var file_launcher_proto_depIdxs = []int32{
 	19, // 27: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
 	17, // 28: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
 	17, // 29: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	17, // 30: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	17, // 31: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 32: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	17, // 33: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	20, // 34: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 35: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 36: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 37: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 38: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 39: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	22, // 40: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 41: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	27, // 42: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	21, // 43: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	34, // [34:44] is the sub-list for method output_type
-	24, // [24:34] is the sub-list for method input_type
+	17, // 30: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	17, // 31: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	17, // 32: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	17, // 33: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	17, // 34: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	20, // 35: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 36: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 37: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 38: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 39: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 40: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 41: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	22, // 42: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	20, // 43: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	27, // 44: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	21, // 45: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name

@@ -28,6 +28,7 @@ const (
 	Launcher_Shutdown_FullMethodName   = "/qvirt.launcher.v1.Launcher/Shutdown"
 	Launcher_Kill_FullMethodName       = "/qvirt.launcher.v1.Launcher/Kill"
 	Launcher_Reset_FullMethodName      = "/qvirt.launcher.v1.Launcher/Reset"
+	Launcher_SoftReboot_FullMethodName = "/qvirt.launcher.v1.Launcher/SoftReboot"
 	Launcher_Stats_FullMethodName      = "/qvirt.launcher.v1.Launcher/Stats"
 	Launcher_Status_FullMethodName     = "/qvirt.launcher.v1.Launcher/Status"
 	Launcher_Screenshot_FullMethodName = "/qvirt.launcher.v1.Launcher/Screenshot"
@@ -46,6 +47,8 @@ type LauncherClient interface {
 	Shutdown(ctx context.Context, in *ShutdownRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	Kill(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
 	Reset(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
+	// SoftReboot restarts the guest through ACPI: a power-off that turns into a reset.
+	SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
 	Stats(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatsResponse, error)
 	Status(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
 	// Screenshot returns the display as PNG.
@@ -122,6 +125,16 @@ func (c *launcherClient) Reset(ctx context.Context, in *Empty, opts ...grpc.Call
 	return out, nil
 }
 
+func (c *launcherClient) SoftReboot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Launcher_SoftReboot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *launcherClient) Stats(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatsResponse)
@@ -183,6 +196,8 @@ type LauncherServer interface {
 	Shutdown(context.Context, *ShutdownRequest) (*StatusResponse, error)
 	Kill(context.Context, *Empty) (*StatusResponse, error)
 	Reset(context.Context, *Empty) (*StatusResponse, error)
+	// SoftReboot restarts the guest through ACPI: a power-off that turns into a reset.
+	SoftReboot(context.Context, *Empty) (*StatusResponse, error)
 	Stats(context.Context, *Empty) (*StatsResponse, error)
 	Status(context.Context, *Empty) (*StatusResponse, error)
 	// Screenshot returns the display as PNG.
@@ -216,6 +231,9 @@ func (UnimplementedLauncherServer) Kill(context.Context, *Empty) (*StatusRespons
 }
 func (UnimplementedLauncherServer) Reset(context.Context, *Empty) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
+}
+func (UnimplementedLauncherServer) SoftReboot(context.Context, *Empty) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SoftReboot not implemented")
 }
 func (UnimplementedLauncherServer) Stats(context.Context, *Empty) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -358,6 +376,24 @@ func _Launcher_Reset_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_SoftReboot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).SoftReboot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_SoftReboot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).SoftReboot(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Launcher_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(Empty)
 	if err := dec(in); err != nil {
@@ -453,6 +489,10 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reset",
 			Handler:    _Launcher_Reset_Handler,
+		},
+		{
+			MethodName: "SoftReboot",
+			Handler:    _Launcher_SoftReboot_Handler,
 		},
 		{
 			MethodName: "Stats",

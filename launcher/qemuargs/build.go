@@ -18,6 +18,9 @@ func Build(spec *launcherapi.VMSpec, l Layout) ([]string, error) {
 	a := []string{l.Binary,
 		"-name", opts("", "guest", guestName(spec), "debug-threads", "on"),
 		"-S", "-nodefaults", "-no-user-config",
+		// QEMU stays up when the guest powers off, so a soft reboot can reset it instead; the
+		// launcher quits QEMU itself after an ordinary power-off.
+		"-no-shutdown",
 		"-msg", "timestamp=on",
 		"-display", "none",
 	}

@@ -162,6 +162,10 @@ func (s *Server) Reset(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.
 	return s.withVM(ctx, (*vm.VM).Reset)
 }
 
+func (s *Server) SoftReboot(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
+	return s.withVM(ctx, (*vm.VM).SoftReboot)
+}
+
 func (s *Server) Kill(ctx context.Context, _ *launcherapi.Empty) (*launcherapi.StatusResponse, error) {
 	return s.withVM(ctx, (*vm.VM).Kill)
 }

@@ -2,6 +2,7 @@ package vm
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -23,13 +24,19 @@ func (v *VM) followEvents(events <-chan qmp.Event) {
 	for ev := range events {
 		switch ev.Name {
 		case "SHUTDOWN":
-			v.mu.Lock()
-			e := ev
-			v.lastShutd = &e
-			v.mu.Unlock()
+			v.guestShutdown(ev)
 		case "STOP":
-			v.transition(launcherapi.State_STATE_RUNNING, launcherapi.State_STATE_PAUSED, ev.Name)
+			// QEMU also stops the vCPUs when the guest powers off (-no-shutdown): not a pause.
+			v.mu.Lock()
+			off := v.poweredOff
+			v.mu.Unlock()
+			if !off {
+				v.transition(launcherapi.State_STATE_RUNNING, launcherapi.State_STATE_PAUSED, ev.Name)
+			}
 		case "RESUME":
+			v.mu.Lock()
+			v.poweredOff = false
+			v.mu.Unlock()
 			v.transition(launcherapi.State_STATE_PAUSED, launcherapi.State_STATE_RUNNING, ev.Name)
 		case "RESET", "POWERDOWN", "GUEST_PANICKED":
 			v.mu.Lock()
@@ -37,6 +44,43 @@ func (v *VM) followEvents(events <-chan qmp.Event) {
 			v.mu.Unlock()
 		}
 	}
+}
+
+// guestShutdown handles QEMU's SHUTDOWN event. QEMU runs with -no-shutdown, so after a guest
+// power-off it waits: a pending soft reboot resets and resumes the guest, anything else makes
+// the launcher quit QEMU, whose exit is then reported with the first shutdown's reason.
+func (v *VM) guestShutdown(ev qmp.Event) {
+	v.mu.Lock()
+	reboot := v.rebootPending
+	v.rebootPending = false
+	v.poweredOff = true
+	if !reboot && v.lastShutd == nil {
+		e := ev
+		v.lastShutd = &e
+	}
+	v.mu.Unlock()
+	mon, err := v.live()
+	if err != nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), v.cfg.QuitTimeout)
+		defer cancel()
+		if reboot {
+			v.log.Info("guest powered off for a soft reboot; starting it again")
+			if err := mon.SystemReset(ctx); err == nil {
+				err = mon.Cont(ctx)
+			}
+			if err == nil {
+				v.mu.Lock()
+				v.publishLocked("SOFT_REBOOT")
+				v.mu.Unlock()
+				return
+			}
+			v.log.Error(err, "soft reboot")
+		}
+		_ = mon.Quit(ctx)
+	}()
 }
 
 // transition moves from one state to another only if the VM is still in the first.

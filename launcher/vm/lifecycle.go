@@ -59,6 +59,29 @@ func (v *VM) Reset(ctx context.Context) error {
 	return mon.SystemReset(ctx)
 }
 
+// SoftReboot asks the guest to restart through ACPI: the power button is pressed, and when the
+// guest has powered off it is reset and resumed instead of stopped (there is no guest agent).
+func (v *VM) SoftReboot(ctx context.Context) error {
+	mon, err := v.live()
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	if v.stopping != intentNone {
+		v.mu.Unlock()
+		return fmt.Errorf("%w: the VM is shutting down", ErrNotRunning)
+	}
+	v.rebootPending = true
+	v.mu.Unlock()
+	if err := mon.SystemPowerdown(ctx); err != nil {
+		v.mu.Lock()
+		v.rebootPending = false
+		v.mu.Unlock()
+		return fmt.Errorf("soft reboot: %w", err)
+	}
+	return nil
+}
+
 // QMPStatus asks QEMU for its run state ("running", "paused", ...).
 func (v *VM) QMPStatus(ctx context.Context) (string, error) {
 	mon, err := v.live()

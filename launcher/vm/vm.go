@@ -58,6 +58,10 @@ type VM struct {
 	stopping  stopIntent
 	killMsg   string
 	lastShutd *qmp.Event
+	// rebootPending turns the next guest power-off into a reset (soft reboot).
+	rebootPending bool
+	// poweredOff is set from the guest's power-off until QEMU resumes it (or exits).
+	poweredOff bool
 	// eventsDone is closed when the QMP event stream has ended.
 	eventsDone   chan struct{}
 	shutdownOnce sync.Once

@@ -240,6 +240,35 @@ func TestShutdownWithGracePowersOff(t *testing.T) {
 	}
 }
 
+func TestSoftRebootRestartsTheGuestInPlace(t *testing.T) {
+	testenv.RequireQEMU(t)
+	g := testenv.RequireGuest(t)
+	v, con := startVM(t, guestSpec(g, "softreboot"), nil)
+	if err := con.WaitFor(within(t, 90*time.Second), testenv.Prompt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the power-button handler starts with the prompt
+	pid := v.Status().QemuPid
+	if err := v.SoftReboot(within(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); strings.Count(con.Output(), testenv.MarkerBooted) < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the guest did not boot again; console:\n%s", con.Output())
+		}
+	}
+	if !strings.Contains(con.Output(), "qvirt-guest: powering off") {
+		t.Error("the guest was reset without powering off first")
+	}
+	st := v.Status()
+	if st.QemuPid != pid || st.State != launcherapi.State_STATE_RUNNING {
+		t.Errorf("after the soft reboot: pid %d (was %d), state %v", st.QemuPid, pid, st.State)
+	}
+	if s, err := v.QMPStatus(within(t, 10*time.Second)); err != nil || s != "running" {
+		t.Errorf("QMP status %q %v", s, err)
+	}
+}
+
 func TestShutdownWithoutGraceKills(t *testing.T) {
 	testenv.RequireQEMU(t)
 	g := testenv.RequireGuest(t)

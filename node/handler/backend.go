@@ -125,7 +125,7 @@ func (b backend) Command(ctx context.Context, vmi nodeapi.VMI, cmd nodeapi.Comma
 	case nodeapi.Reset:
 		_, err = c.Reset(ctx, &launcherapi.Empty{})
 	case nodeapi.SoftReboot:
-		return fmt.Errorf("%w: soft reboot needs the guest agent, which qvirt guests do not have yet", nodeapi.ErrConflict)
+		_, err = c.SoftReboot(ctx, &launcherapi.Empty{})
 	default:
 		return fmt.Errorf("%w: unknown command %q", nodeapi.ErrBadRequest, cmd)
 	}
