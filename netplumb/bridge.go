@@ -47,7 +47,7 @@ type BridgeBinding struct {
 	cfg    BridgeConfig
 
 	mu   sync.Mutex
-	dhcp *DHCPServer
+	dhcp dhcpSlot
 	// steps are the named phases of Setup; tests insert failing ones.
 	steps []bridgeStep
 }
@@ -271,10 +271,7 @@ func (s *bridgeRun) attachPod() error {
 }
 
 func (s *bridgeRun) startDHCP() error {
-	if s.b.dhcp != nil {
-		return nil
-	}
-	srv, err := StartDHCP(logr.NewContext(context.Background(), s.log), s.c.path, DHCPConfig{
+	return s.b.dhcp.start(s.log, s.c.path, DHCPConfig{
 		Interface:   s.b.cfg.Bridge,
 		ServerIP:    s.b.cfg.ServerIP.Addr(),
 		ClientMAC:   s.res.MAC,
@@ -283,29 +280,14 @@ func (s *bridgeRun) startDHCP() error {
 		Routes:      s.res.Routes,
 		MTU:         s.res.MTU,
 		DHCPOptions: s.b.cfg.DHCP,
-	})
-	if err != nil {
-		return err
-	}
-	s.b.dhcp = srv
-	s.r.Add("dhcp", s.b.stopDHCP)
-	return nil
-}
-
-func (b *BridgeBinding) stopDHCP() error {
-	if b.dhcp == nil {
-		return nil
-	}
-	err := b.dhcp.Close()
-	b.dhcp = nil
-	return err
+	}, s.r)
 }
 
 // Close stops the DHCP server and leaves the wiring in place.
 func (b *BridgeBinding) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.stopDHCP()
+	return b.dhcp.stop()
 }
 
 // Teardown stops the DHCP server, gives the pod interface back its MAC, addresses and
@@ -313,7 +295,7 @@ func (b *BridgeBinding) Close() error {
 func (b *BridgeBinding) Teardown(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	errs := []error{b.stopDHCP()}
+	errs := []error{b.dhcp.stop()}
 	c, err := openNS(b.nsPath)
 	if errors.Is(err, os.ErrNotExist) {
 		// The pod and its namespace are gone, and everything in it with them.

@@ -158,7 +158,7 @@ func TestBridgeBindingRevertsFailedSetup(t *testing.T) {
 				t.Fatalf("Setup: %v, want the injected failure", err)
 			}
 			requireSame(t, "namespace after a failed Setup", before, snapshot(t, pod))
-			if b.dhcp != nil {
+			if b.dhcp.running() {
 				t.Fatal("a DHCP server outlived the failed Setup")
 			}
 		})

@@ -54,7 +54,7 @@ type MasqueradeBinding struct {
 	cfg    MasqueradeConfig
 
 	mu    sync.Mutex
-	dhcp  *DHCPServer
+	dhcp  dhcpSlot
 	steps []masqStep
 }
 
@@ -238,10 +238,7 @@ func (s *masqRun) nat() error {
 }
 
 func (s *masqRun) startDHCP() error {
-	if s.b.dhcp != nil {
-		return nil
-	}
-	srv, err := StartDHCP(logr.NewContext(context.Background(), s.log), s.c.path, DHCPConfig{
+	return s.b.dhcp.start(s.log, s.c.path, DHCPConfig{
 		Interface:   s.b.cfg.Bridge,
 		ServerIP:    s.b.cfg.Gateway.Addr(),
 		ClientMAC:   s.res.MAC,
@@ -249,29 +246,14 @@ func (s *masqRun) startDHCP() error {
 		Gateway:     s.res.Gateway,
 		MTU:         s.res.MTU,
 		DHCPOptions: s.b.cfg.DHCP,
-	})
-	if err != nil {
-		return err
-	}
-	s.b.dhcp = srv
-	s.r.Add("dhcp", s.b.stopDHCP)
-	return nil
-}
-
-func (b *MasqueradeBinding) stopDHCP() error {
-	if b.dhcp == nil {
-		return nil
-	}
-	err := b.dhcp.Close()
-	b.dhcp = nil
-	return err
+	}, s.r)
 }
 
 // Close stops the DHCP server and leaves the wiring in place.
 func (b *MasqueradeBinding) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.stopDHCP()
+	return b.dhcp.stop()
 }
 
 // Teardown stops the DHCP server, removes the NAT table, puts ip_forward back as it was, and
@@ -279,7 +261,7 @@ func (b *MasqueradeBinding) Close() error {
 func (b *MasqueradeBinding) Teardown(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	errs := []error{b.stopDHCP()}
+	errs := []error{b.dhcp.stop()}
 	c, err := openNS(b.nsPath)
 	if errors.Is(err, os.ErrNotExist) {
 		// The pod and its namespace are gone, and everything in it with them.
