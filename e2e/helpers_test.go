@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/internal/localmode"
@@ -64,9 +65,19 @@ spec:
 `, name, node, binding, ports)
 }
 
-// startVM applies a manifest and waits for the VM to run.
+// startVM applies a manifest and waits for the VM to run. If the test fails, the guest's
+// console log and QEMU's log are printed, as they say why a guest did not answer.
 func startVM(t testing.TB, c *localmode.Cluster, manifest string) {
 	t.Helper()
+	var meta struct {
+		Metadata struct{ Name string }
+	}
+	_ = yaml.Unmarshal([]byte(manifest), &meta)
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpVM(t, c, meta.Metadata.Name)
+		}
+	})
 	f := filepath.Join(t.TempDir(), "vm.yaml")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
@@ -224,3 +235,23 @@ func sample(text, family, name, extra string) (float64, bool) {
 func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
 
 func sscanInt(s string, v *int) (int, error) { return fmt.Sscanf(s, "%d", v) }
+
+// dumpVM logs the tail of a VM's serial console and QEMU logs.
+func dumpVM(t testing.TB, c *localmode.Cluster, name string) {
+	vmi := &v1.VirtualMachineInstance{}
+	if err := kv(t, c).Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, vmi); err != nil {
+		t.Logf("diagnostics for %s: %v", name, err)
+		return
+	}
+	t.Logf("VMI %s: phase %s node %s conditions %+v", name, vmi.Status.Phase, vmi.Status.NodeName, vmi.Status.Conditions)
+	for _, f := range []string{"serial0.log", "qemu.log", "launcher.log"} {
+		b, err := os.ReadFile(filepath.Join(c.VMDirRoot(), string(vmi.UID), f))
+		if err != nil {
+			continue
+		}
+		if len(b) > 3000 {
+			b = b[len(b)-3000:]
+		}
+		t.Logf("--- %s of %s:\n%s", f, name, b)
+	}
+}
