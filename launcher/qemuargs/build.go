@@ -55,8 +55,9 @@ func machineArgs(spec *launcherapi.VMSpec) []string {
 	accel, model := "kvm", "host"
 	if spec.Accel == launcherapi.Accel_ACCEL_TCG {
 		// Emulation has no host CPU to mirror; "max" gives the guest every feature TCG has. The
-		// translation cache is capped: its 1 GiB default dominates QEMU's RSS for small guests.
-		accel, model = "tcg,tb-size=32", "max"
+		// translation cache is capped at 16 MiB: its 1 GiB default dominates QEMU's RSS for small
+		// guests, and a small guest's code fits.
+		accel, model = "tcg,tb-size=16", "max"
 	}
 	if m := spec.GetCpu().GetModel(); m != "" && m != "host-model" && m != "host-passthrough" {
 		model = m
