@@ -39,6 +39,9 @@ import (
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
+// schedulableLabel marks nodes whose node agent runs, as KubeVirt's virt-handler does.
+const schedulableLabel = "kubevirt.io/schedulable"
+
 // Options configure a node agent.
 type Options struct {
 	REST      *rest.Config
@@ -172,10 +175,15 @@ func listenNodeAPI(o Options) (net.Listener, error) {
 	return tls.Listen("tcp", o.APIListen, tlsfiles.ServerConfig(kp, cas))
 }
 
-// advertise writes the node API endpoint on the Node so virt-api can find this agent. The
+// advertise writes the node API endpoint on the Node so virt-api can find this agent, and marks
+// the node schedulable for VMs. The
 // Node may not exist yet (the local pod runner or kubelet registers it): keep trying.
 func (a *Agent) advertise(ctx context.Context, kube kubernetes.Interface, node string, log logr.Logger) {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{nodeapi.EndpointAnnotation: a.endpoint}}})
+	// The label is what launcher pods select: a node is schedulable for VMs once its agent runs.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{nodeapi.EndpointAnnotation: a.endpoint},
+		"labels":      map[string]string{schedulableLabel: "true"},
+	}})
 	_ = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 		switch {
