@@ -11,7 +11,7 @@ APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat pro
 
 COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
 
-.PHONY: all deps apt cni tools k8s build generate guest test test-unit bench run up down launcher-run clean vet fmt
+.PHONY: all deps apt cni tools k8s nodes node-apt build generate guest test test-unit bench run up down launcher-run clean vet fmt
 
 all: build
 
@@ -53,7 +53,7 @@ K8S_VERSION := v1.37.2
 K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37 \
 	-X k8s.io/component-base/version.gitTreeState=clean
-K8S_LINKS := kube-apiserver kube-scheduler kube-controller-manager kubectl
+K8S_LINKS := kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy
 
 k8s: $(K8S)/k8s $(K8S)/etcd
 	@for n in $(K8S_LINKS); do ln -sfn k8s $(K8S)/$$n; done
@@ -68,6 +68,32 @@ $(K8S)/etcd: hack/k8s/etcd/go.mod hack/k8s/etcd/go.sum $(wildcard hack/k8s/etcd/
 	@mkdir -p $(K8S)
 	@echo ">> building etcd, ~1 min the first time"
 	@cd hack/k8s/etcd && $(GO) build -ldflags '-s -w' -o $@.tmp . && mv $@.tmp $@
+
+## nodes: what each local node runs beside the kubelet (containerd v2 with its runc shim and ctr;
+## Debian's runc, iptables and CNI plugins) and the OCI registry the nodes pull from, into
+## _tools/node/ from the Go module proxy; rebuilt only when hack/containerd or hack/registry change.
+NODE_TOOLS := $(TOOLS)/node
+CONTAINERD_CMDS := containerd containerd-shim-runc-v2 ctr
+nodes: node-apt $(addprefix $(NODE_TOOLS)/,$(CONTAINERD_CMDS)) $(NODE_TOOLS)/registry
+
+node-apt:
+	@if ! command -v runc >/dev/null || ! command -v iptables >/dev/null || ! command -v nsenter >/dev/null; then \
+		echo ">> installing Debian packages runc iptables util-linux"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc iptables util-linux >/dev/null; \
+	fi
+
+$(NODE_TOOLS)/containerd $(NODE_TOOLS)/containerd-shim-runc-v2 $(NODE_TOOLS)/ctr &: hack/containerd/go.mod hack/containerd/go.sum
+	@mkdir -p $(NODE_TOOLS)
+	@echo ">> building containerd v2 (containerd, containerd-shim-runc-v2, ctr), ~5 min the first time"
+	@start=$$(date +%s); cd hack/containerd && for c in $(CONTAINERD_CMDS); do \
+		CGO_ENABLED=0 $(GO) build -tags no_btrfs -ldflags '-s -w' -o $(NODE_TOOLS)/$$c.tmp github.com/containerd/containerd/v2/cmd/$$c && \
+		mv $(NODE_TOOLS)/$$c.tmp $(NODE_TOOLS)/$$c || exit 1; done; \
+		echo ">> built containerd in $$(( $$(date +%s) - start )) s"
+
+$(NODE_TOOLS)/registry: hack/registry/go.mod hack/registry/go.sum
+	@mkdir -p $(NODE_TOOLS)
+	@echo ">> building the OCI registry (distribution v3)"
+	@cd hack/registry && CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@.tmp github.com/distribution/distribution/v3/cmd/registry && mv $@.tmp $@
 
 ## build: compile every command into bin/.
 build:

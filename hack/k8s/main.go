@@ -1,10 +1,12 @@
-// Command k8s is a multi-call binary holding the Kubernetes control plane that tests and local mode run:
-// kube-apiserver, kube-scheduler, kube-controller-manager and kubectl. It dispatches on the name it was
-// started under (symlinks made by `make k8s`), or on its first argument (`k8s kubectl get ns`).
+// Command k8s is a multi-call binary holding the Kubernetes parts that tests and local mode run:
+// kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, and each node's kubelet and
+// kube-proxy. It dispatches on the name it was started under (symlinks made by `make k8s`), or on
+// its first argument (`k8s kubectl get ns`).
 // One binary shares the compile and link work of the large common dependency tree.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,7 +23,9 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 var commands = map[string]func() int{
@@ -29,6 +33,8 @@ var commands = map[string]func() int{
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
 	"kubectl":                 kubectl,
+	"kubelet":                 func() int { return cli.Run(kubelet.NewKubeletCommand(context.Background())) },
+	"kube-proxy":              func() int { return cli.Run(proxy.NewProxyCommand()) },
 }
 
 // kubectl mirrors k8s.io/kubernetes/cmd/kubectl: verbosity is set before the command is built so that
