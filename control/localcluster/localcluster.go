@@ -40,6 +40,11 @@ type Options struct {
 	Log logr.Logger
 	// ExtraAPIServerFlags are appended to kube-apiserver's command line, so they override the defaults.
 	ExtraAPIServerFlags []string
+	// BindAddress is where kube-apiserver listens and what it advertises; empty means 127.0.0.1.
+	// Real nodes (kubelets in their own network namespaces) need an address they can reach: with
+	// one, default/kubernetes gets that endpoint, and kube-apiserver reaches the kubelets (logs,
+	// exec, port-forward) by their InternalIP with its own client certificate.
+	BindAddress string
 }
 
 // Cluster is a running control plane. Its processes outlive the context given to Start; Stop ends them.
@@ -49,6 +54,7 @@ type Cluster struct {
 	binDir string
 	pki    *clusterPKI
 	ports  ports
+	bind   net.IP
 
 	adminKubeconfig string
 	restConfig      *rest.Config
@@ -98,8 +104,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{log: opts.Log, dir: dir, binDir: binDir}
-	if c.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+	c := &Cluster{log: opts.Log, dir: dir, binDir: binDir, bind: net.ParseIP("127.0.0.1")}
+	if opts.BindAddress != "" {
+		if c.bind = net.ParseIP(opts.BindAddress); c.bind == nil {
+			return nil, fmt.Errorf("localcluster: BindAddress %q is not an IP address", opts.BindAddress)
+		}
+	}
+	if c.pki, err = newPKI(filepath.Join(dir, "pki"), c.bind); err != nil {
 		return nil, fmt.Errorf("localcluster: %w", err)
 	}
 	if c.ports, err = freePorts(); err != nil {
@@ -282,35 +293,49 @@ func (c *Cluster) etcdArgs() []string {
 }
 
 func (c *Cluster) apiServerArgs() []string {
-	return []string{
+	args := []string{
 		"--etcd-servers=" + fmt.Sprintf("http://127.0.0.1:%d", c.ports.etcdClient),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + c.bind.String(),
+		"--advertise-address=" + c.bind.String(),
+	}
+	if c.bind.IsLoopback() {
 		// The endpoint reconciler refuses a loopback address for default/kubernetes; nothing in this
 		// cluster reaches the API server through that Service.
-		"--endpoint-reconciler-type=none",
-		"--secure-port=" + strconv.Itoa(c.ports.apiServer),
-		"--tls-cert-file=" + c.pkiPath(apiServerName+".crt"),
-		"--tls-private-key-file=" + c.pkiPath(apiServerName+".key"),
-		"--client-ca-file=" + c.pkiPath(caName+".crt"),
+		args = append(args, "--endpoint-reconciler-type=none")
+	} else {
+		args = append(args,
+			"--kubelet-client-certificate="+c.pkiPath(kubeletClientName+".crt"),
+			"--kubelet-client-key="+c.pkiPath(kubeletClientName+".key"),
+			"--kubelet-certificate-authority="+c.pkiPath(caName+".crt"),
+			"--kubelet-preferred-address-types=InternalIP,Hostname",
+			// No kube-proxy runs beside kube-apiserver: webhooks and aggregated APIs are reached
+			// at their endpoints (pod IPs), not through Service IPs.
+			"--enable-aggregator-routing=true",
+		)
+	}
+	return append(args,
+		"--secure-port="+strconv.Itoa(c.ports.apiServer),
+		"--tls-cert-file="+c.pkiPath(apiServerName+".crt"),
+		"--tls-private-key-file="+c.pkiPath(apiServerName+".key"),
+		"--client-ca-file="+c.pkiPath(caName+".crt"),
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		"--service-cluster-ip-range=" + ServiceCIDR,
-		"--service-account-issuer=" + serviceAccountIssuer,
-		"--service-account-key-file=" + c.pkiPath(serviceAccountPub),
-		"--service-account-signing-key-file=" + c.pkiPath(serviceAccountKey),
+		"--service-cluster-ip-range="+ServiceCIDR,
+		"--service-account-issuer="+serviceAccountIssuer,
+		"--service-account-key-file="+c.pkiPath(serviceAccountPub),
+		"--service-account-signing-key-file="+c.pkiPath(serviceAccountKey),
 		// The aggregation layer: kube-apiserver proxies to extension API servers with the front-proxy
 		// client certificate and passes the user in these headers.
-		"--requestheader-client-ca-file=" + c.pkiPath(frontProxyCAName+".crt"),
+		"--requestheader-client-ca-file="+c.pkiPath(frontProxyCAName+".crt"),
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + c.pkiPath(frontProxyClientName+".crt"),
-		"--proxy-client-key-file=" + c.pkiPath(frontProxyClientName+".key"),
+		"--proxy-client-cert-file="+c.pkiPath(frontProxyClientName+".crt"),
+		"--proxy-client-key-file="+c.pkiPath(frontProxyClientName+".key"),
 		"--v=1",
-	}
+	)
 }
 
 func (c *Cluster) schedulerArgs() []string {
@@ -357,7 +382,7 @@ func (c *Cluster) kubeconfigPath(name string) string { return filepath.Join(c.di
 // writeKubeconfigs writes the admin, scheduler and controller-manager kubeconfigs with the
 // certificates embedded, so each file is usable on its own.
 func (c *Cluster) writeKubeconfigs() error {
-	server := fmt.Sprintf("https://127.0.0.1:%d", c.ports.apiServer)
+	server := "https://" + net.JoinHostPort(c.bind.String(), strconv.Itoa(c.ports.apiServer))
 	for _, k := range []struct{ name, pair, user string }{
 		{"admin", adminName, "qvirt-admin"},
 		{"kube-scheduler", schedulerClientName, "system:kube-scheduler"},

@@ -31,6 +31,7 @@ const (
 	caName                = "ca"
 	frontProxyCAName      = "front-proxy-ca"
 	apiServerName         = "apiserver"
+	kubeletClientName     = "apiserver-kubelet-client"
 	frontProxyClientName  = "front-proxy-client"
 	adminName             = "admin"
 	schedulerClientName   = "kube-scheduler-client"
@@ -53,7 +54,7 @@ func (p *clusterPKI) path(name string) string { return filepath.Join(p.dir, name
 // newPKI loads or creates the CAs and the service-account key in dir, and issues fresh leaf
 // certificates for every component. Keeping the CAs across restarts keeps kubeconfigs and user
 // certificates handed out earlier valid.
-func newPKI(dir string) (*clusterPKI, error) {
+func newPKI(dir string, bind net.IP) (*clusterPKI, error) {
 	p := &clusterPKI{dir: dir}
 	var err error
 	if p.ca, err = loadOrCreateCA(dir, caName, "qvirt-local-ca"); err != nil {
@@ -75,7 +76,7 @@ func newPKI(dir string) (*clusterPKI, error) {
 			CommonName: "kube-apiserver",
 			DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 				"kubernetes.default.svc.cluster.local"},
-			IPs:    append([]net.IP{net.ParseIP(apiServiceIP)}, loopback...),
+			IPs:    append([]net.IP{net.ParseIP(apiServiceIP), bind}, loopback...),
 			Server: true,
 		}},
 		{adminName, p.ca, pki.Request{CommonName: "qvirt-admin", Organization: []string{"system:masters"}, Client: true}},
@@ -83,6 +84,8 @@ func newPKI(dir string) (*clusterPKI, error) {
 		{controllerClientName, p.ca, pki.Request{CommonName: "system:kube-controller-manager", Client: true}},
 		{schedulerServingName, p.ca, pki.Request{CommonName: "kube-scheduler", DNSNames: []string{"localhost"}, IPs: loopback, Server: true}},
 		{controllerServingName, p.ca, pki.Request{CommonName: "kube-controller-manager", DNSNames: []string{"localhost"}, IPs: loopback, Server: true}},
+		// kube-apiserver's identity towards the kubelets (logs, exec, port-forward).
+		{kubeletClientName, p.ca, pki.Request{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}, Client: true}},
 		{frontProxyClientName, p.frontProxyCA, pki.Request{CommonName: "front-proxy-client", Client: true}},
 	}
 	for _, l := range leaves {
@@ -187,4 +190,15 @@ func (p *clusterPKI) ensureServiceAccountKey() error {
 		return err
 	}
 	return pki.WriteFileAtomic(p.path(serviceAccountPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+}
+
+// IssueServing signs a serving certificate with the cluster CA, which kube-apiserver trusts for
+// kubelets (--kubelet-certificate-authority).
+func (c *Cluster) IssueServing(commonName string, dnsNames []string, ips []net.IP) (pki.KeyPair, error) {
+	return c.pki.ca.Sign(pki.Request{CommonName: commonName, DNSNames: dnsNames, IPs: ips, Server: true, Lifetime: leafLifetime})
+}
+
+// APIServerAddress is the host:port kube-apiserver listens on.
+func (c *Cluster) APIServerAddress() string {
+	return net.JoinHostPort(c.bind.String(), fmt.Sprint(c.ports.apiServer))
 }

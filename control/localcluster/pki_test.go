@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,7 +31,7 @@ func parseCert(t *testing.T, path string) *x509.Certificate {
 
 func TestPKIChains(t *testing.T) {
 	dir := t.TempDir()
-	p, err := newPKI(dir)
+	p, err := newPKI(dir, net.ParseIP("127.0.0.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestPKIChains(t *testing.T) {
 	for _, f := range []string{caName + ".crt", frontProxyCAName + ".crt", serviceAccountKey} {
 		before[f], _ = os.ReadFile(p.path(f))
 	}
-	if _, err := newPKI(dir); err != nil {
+	if _, err := newPKI(dir, net.ParseIP("127.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	for f, data := range before {
