@@ -22,6 +22,7 @@ func main() {
 	var opts server.RunOptions
 	klog.InitFlags(nil)
 	flag.StringVar(&opts.Dir, "dir", "", "per-VM directory shared with the node agent (sockets, disks, logs)")
+	flag.StringVar(&opts.EphemeralDir, "ephemeral-dir", "", "directory for the containerDisk overlays, the pod's own writable space (default: disks/ in --dir)")
 	flag.StringVar(&opts.QEMUBinary, "qemu", "qemu-system-x86_64", "QEMU binary")
 	flag.DurationVar(&opts.StopGrace, "stop-grace-period", 30*time.Second, "time the guest gets to power off when the launcher is terminated")
 	flag.DurationVar(&opts.Linger, "linger", 5*time.Second, "how long the API stays up after QEMU exits")

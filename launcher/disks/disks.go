@@ -18,11 +18,14 @@ import (
 // QemuImg is the qemu-img binary; tests and packagers may point it elsewhere.
 var QemuImg = "qemu-img"
 
-// Prepare creates every generated disk file of spec in l.DisksDir(). If any step fails, the
-// files created so far are removed, so a failed start leaves nothing half-made.
+// Prepare creates every generated disk file of spec in l.DisksDir(), containerDisk overlays in
+// l.OverlayDir(). If any step fails, the files created so far are removed, so a failed start
+// leaves nothing half-made.
 func Prepare(ctx context.Context, spec *launcherapi.VMSpec, l qemuargs.Layout, log logr.Logger) error {
-	if err := os.MkdirAll(l.DisksDir(), 0o750); err != nil {
-		return fmt.Errorf("create disks directory: %w", err)
+	for _, dir := range []string{l.DisksDir(), l.OverlayDir()} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("create disks directory: %w", err)
+		}
 	}
 	var created []string
 	undo := func() {

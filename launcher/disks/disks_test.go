@@ -108,6 +108,46 @@ func TestOverlayLeavesBaseUnchanged(t *testing.T) {
 	}
 }
 
+// With an ephemeral directory (a launcher pod's emptyDir) the overlay goes there, over a base
+// image that stays read-only; the other generated disks stay in the VM directory.
+func TestOverlayInEphemeralDir(t *testing.T) {
+	requireQemuImg(t)
+	dir := t.TempDir()
+	base := filepath.Join(dir, "image", "disk.qcow2")
+	os.MkdirAll(filepath.Dir(base), 0o755)
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", base, "16M").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// As in an image volume: nothing under the image may be written.
+	os.Chmod(base, 0o444)
+	os.Chmod(filepath.Dir(base), 0o555)
+	t.Cleanup(func() { os.Chmod(filepath.Dir(base), 0o755) })
+
+	l := qemuargs.NewLayout(filepath.Join(dir, "vm"))
+	l.EphemeralDir = filepath.Join(dir, "ephemeral")
+	spec := &launcherapi.VMSpec{Disks: []*launcherapi.Disk{
+		{Name: "root", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: base, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}},
+		{Name: "scratch", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: 1 << 20}}},
+	}}
+	if err := Prepare(context.Background(), spec, l, logr.Discard()); err != nil {
+		t.Fatal(err)
+	}
+	ov := l.DiskImage(spec.Disks[0]).Path
+	if want := filepath.Join(dir, "ephemeral", "root.qcow2"); ov != want {
+		t.Fatalf("overlay at %s, want %s", ov, want)
+	}
+	info, err := exec.Command("qemu-img", "info", ov).Output()
+	if err != nil || !bytes.Contains(info, []byte("backing file: "+base)) {
+		t.Errorf("overlay: %v: %s", err, info)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vm", "disks", "scratch.qcow2")); err != nil {
+		t.Errorf("empty disk not in the VM directory: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(base)); len(ents) != 1 {
+		t.Errorf("image directory holds %d files, want only the base", len(ents))
+	}
+}
+
 func TestPrepareUndoesOnFailure(t *testing.T) {
 	requireQemuImg(t)
 	dir := t.TempDir()

@@ -10,6 +10,9 @@ import (
 // directory with the launcher, so the socket names are part of the contract between them.
 type Layout struct {
 	Dir string
+	// EphemeralDir holds the containerDisk overlays; empty means DisksDir. A launcher pod points
+	// it at its own emptyDir, so that an overlay goes with the pod.
+	EphemeralDir string
 	// TapFDs maps an interface's tap_fd_name to the descriptor number QEMU inherits.
 	TapFDs map[string]int
 	// Binary is the QEMU executable; it becomes argv[0].
@@ -27,6 +30,14 @@ func (l Layout) SerialLog() string    { return filepath.Join(l.Dir, "serial0.log
 func (l Layout) VNCSocket() string    { return filepath.Join(l.Dir, "vnc.sock") }
 func (l Layout) DisksDir() string     { return filepath.Join(l.Dir, "disks") }
 
+// OverlayDir is where containerDisk overlays are written.
+func (l Layout) OverlayDir() string {
+	if l.EphemeralDir != "" {
+		return l.EphemeralDir
+	}
+	return l.DisksDir()
+}
+
 // DiskImage is where QEMU reads a disk from, and in which format.
 type DiskImage struct {
 	Path   string
@@ -35,11 +46,12 @@ type DiskImage struct {
 	Generated bool
 }
 
-// DiskImage resolves the file backing a disk. Files the launcher creates live in DisksDir.
+// DiskImage resolves the file backing a disk. Files the launcher creates live in DisksDir, but
+// for containerDisk overlays, which live in OverlayDir.
 func (l Layout) DiskImage(d *launcherapi.Disk) DiskImage {
 	switch src := d.Source.(type) {
 	case *launcherapi.Disk_ContainerDisk:
-		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
+		return DiskImage{Path: filepath.Join(l.OverlayDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
 	case *launcherapi.Disk_EmptyDisk:
 		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
 	case *launcherapi.Disk_CloudInitNoCloud:

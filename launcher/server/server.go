@@ -32,9 +32,11 @@ const startTimeout = 3 * time.Minute
 
 // Options configure a Server.
 type Options struct {
-	Dir        string
-	QEMUBinary string
-	Log        logr.Logger
+	Dir string
+	// EphemeralDir receives the containerDisk overlays; empty means Dir's disks/.
+	EphemeralDir string
+	QEMUBinary   string
+	Log          logr.Logger
 }
 
 // Server serves the Launcher gRPC service for the single VM of this launcher.
@@ -118,7 +120,7 @@ func (s *Server) Sync(ctx context.Context, req *launcherapi.SyncRequest) (*launc
 		taps[k] = f
 	}
 	log := s.opts.Log.WithValues("vmi", req.Spec.Namespace+"/"+req.Spec.Name)
-	v := vm.New(vm.Config{Dir: s.opts.Dir, QEMUBinary: s.opts.QEMUBinary, Taps: taps, Log: log})
+	v := vm.New(vm.Config{Dir: s.opts.Dir, EphemeralDir: s.opts.EphemeralDir, QEMUBinary: s.opts.QEMUBinary, Taps: taps, Log: log})
 	s.vm = v
 	close(s.created)
 	s.mu.Unlock()

@@ -30,6 +30,9 @@ var (
 type Config struct {
 	// Dir is the per-VM directory shared with the node agent (sockets, disks, logs).
 	Dir string
+	// EphemeralDir receives the containerDisk overlays; empty means Dir's disks/ (see
+	// qemuargs.Layout).
+	EphemeralDir string
 	// QEMUBinary defaults to qemu-system-x86_64 from PATH.
 	QEMUBinary string
 	// Taps are tap devices opened by the caller, keyed by the interfaces' tap_fd_name.
@@ -90,6 +93,7 @@ func New(cfg Config) *VM {
 	}
 	l := qemuargs.NewLayout(cfg.Dir)
 	l.Binary = cfg.QEMUBinary
+	l.EphemeralDir = cfg.EphemeralDir
 	return &VM{
 		cfg:        cfg,
 		layout:     l,
