@@ -62,7 +62,9 @@ func (c *Cluster) startControllers(ids *identities) error {
 			"--kubeconfig", ids.kubeconfig["virt-controller"], "--namespace", Namespace, "--leader-elect=true",
 			"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(metrics),
 			"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(health),
-			"--vm-dir-root", c.VMDirRoot()); err != nil {
+			"--vm-dir-root", c.VMDirRoot(),
+			// The pod runner of local mode serves no image volumes.
+			"--image-containers=true"); err != nil {
 			return err
 		}
 	}

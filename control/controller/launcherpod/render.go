@@ -54,6 +54,14 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 		return nil, fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	grace := GracePeriodSeconds(vmi)
+	command := []string{LauncherBinary, "--dir", VMDirMountPath}
+	if !opts.ImageContainers {
+		command = append(command, "--ephemeral-dir", EphemeralDisksMountPath)
+	}
+	command = append(command,
+		"--vmi", vmi.Namespace+"/"+vmi.Name,
+		"--stop-grace-period", strconv.FormatInt(grace, 10)+"s",
+	)
 
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -68,14 +76,9 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 		},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:  ComputeContainerName,
-				Image: opts.Image,
-				Command: []string{
-					LauncherBinary,
-					"--dir", VMDirMountPath,
-					"--vmi", vmi.Namespace + "/" + vmi.Name,
-					"--stop-grace-period", strconv.FormatInt(grace, 10) + "s",
-				},
+				Name:         ComputeContainerName,
+				Image:        opts.Image,
+				Command:      command,
 				Resources:    res,
 				VolumeMounts: []corev1.VolumeMount{{Name: VMDirVolumeName, MountPath: VMDirMountPath}},
 				SecurityContext: &corev1.SecurityContext{
@@ -108,37 +111,21 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 			// The launcher never talks to the API server.
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
+			ImagePullSecrets:             imagePullSecrets(vmi),
 		},
 	}
-	pod.Spec.Containers = append(pod.Spec.Containers, imageContainers(vmi)...)
+	if opts.ImageContainers {
+		pod.Spec.Containers = append(pod.Spec.Containers, imageContainers(vmi)...)
+		return pod, nil
+	}
+	// The pod's own writable space, for the launcher's containerDisk overlays.
+	compute := &pod.Spec.Containers[0]
+	compute.VolumeMounts = append(compute.VolumeMounts, corev1.VolumeMount{Name: EphemeralDisksVolumeName, MountPath: EphemeralDisksMountPath})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: EphemeralDisksVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	vols, mounts := imageVolumes(vmi)
+	compute.VolumeMounts = append(compute.VolumeMounts, mounts...)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
 	return pod, nil
-}
-
-// imageContainers names every image the VM boots from (containerDisk volumes, the kernel-boot
-// container) as a container of the pod, as KubeVirt does: the node pulls them with the pod, and
-// a missing image shows as the pod's ErrImagePull. They only hold files, which the node agent
-// hands to the launcher, so they get no resources of their own.
-func imageContainers(vmi *virtv1.VirtualMachineInstance) []corev1.Container {
-	var out []corev1.Container
-	add := func(name, image string) {
-		out = append(out, corev1.Container{
-			Name:  name,
-			Image: image,
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false),
-				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			},
-		})
-	}
-	for _, v := range vmi.Spec.Volumes {
-		if v.ContainerDisk != nil {
-			add("volume"+v.Name, v.ContainerDisk.Image)
-		}
-	}
-	if fw := vmi.Spec.Domain.Firmware; fw != nil && fw.KernelBoot != nil && fw.KernelBoot.Container != nil {
-		add("kernel-boot", fw.KernelBoot.Container.Image)
-	}
-	return out
 }
 
 // GracePeriodSeconds is the time the guest gets to shut down.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -243,6 +244,129 @@ func TestRenderRejects(t *testing.T) {
 	}
 }
 
+// bootImagesVMI boots from two containerDisks and a kernelBoot image, with pull secrets (one
+// named twice) and pull policies.
+func bootImagesVMI() *virtv1.VirtualMachineInstance {
+	vmi := testVMI()
+	vmi.Spec.Domain.Firmware = &virtv1.Firmware{KernelBoot: &virtv1.KernelBoot{Container: &virtv1.KernelBootContainer{
+		Image: "registry.example/kernels/tiny:6.1", ImagePullSecret: "registry-creds", ImagePullPolicy: corev1.PullIfNotPresent,
+		KernelPath: "/boot/vmlinuz",
+	}}}
+	vmi.Spec.Volumes = []virtv1.Volume{
+		{Name: "rootdisk", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{
+			Image: "registry.example/disks/fedora:43", ImagePullSecret: "registry-creds", ImagePullPolicy: corev1.PullAlways,
+		}}},
+		{Name: "ci", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#!/bin/sh"}}},
+		{Name: "Data_Disk.with-a-name-that-is-far-too-long-for-a-pod-volume", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{
+			Image: "registry.example/disks/data:1", ImagePullSecret: "other-creds", Path: "/disk/data.raw",
+		}}},
+	}
+	return vmi
+}
+
+func TestRenderImageVolumesGolden(t *testing.T) {
+	pod, err := RenderLauncherPod(bootImagesVMI(), DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "launcher-image-volumes", pod)
+}
+
+func TestRenderImageContainersGolden(t *testing.T) {
+	opts := DefaultOptions()
+	opts.ImageContainers = true
+	pod, err := RenderLauncherPod(bootImagesVMI(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "launcher-image-containers", pod)
+}
+
+func TestImageVolumes(t *testing.T) {
+	vmi := bootImagesVMI()
+	pod, err := RenderLauncherPod(vmi, DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("%d containers, want only compute", len(pod.Spec.Containers))
+	}
+	byName := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		if errs := validation.IsDNS1123Label(v.Name); len(errs) > 0 {
+			t.Errorf("volume name %q: %v", v.Name, errs)
+		}
+		if _, dup := byName[v.Name]; dup {
+			t.Errorf("volume %q twice", v.Name)
+		}
+		byName[v.Name] = v
+	}
+	mountOf := map[string]corev1.VolumeMount{}
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		mountOf[m.Name] = m
+	}
+	wantImages := map[string]string{ // mount path -> image
+		"/var/run/kubevirt/container-disks/rootdisk": "registry.example/disks/fedora:43",
+		"/var/run/kubevirt/kernel-boot":              "registry.example/kernels/tiny:6.1",
+	}
+	images := 0
+	for name, v := range byName {
+		if v.Image == nil {
+			continue
+		}
+		images++
+		m, ok := mountOf[name]
+		if !ok || !m.ReadOnly {
+			t.Errorf("image volume %s: mount %+v, want a read-only mount", name, m)
+		}
+		if want, ok := wantImages[m.MountPath]; ok && v.Image.Reference != want {
+			t.Errorf("%s mounts %s, want %s", m.MountPath, v.Image.Reference, want)
+		}
+		if !strings.HasPrefix(m.MountPath, ContainerDisksMountPath+"/") && m.MountPath != KernelBootMountPath {
+			t.Errorf("image volume %s mounted at %s", name, m.MountPath)
+		}
+		if dir := filepath.Base(m.MountPath); len(validation.IsDNS1123Label(dir)) > 0 {
+			t.Errorf("mount directory %q is not a DNS-1123 label", dir)
+		}
+	}
+	if images != 3 {
+		t.Errorf("%d image volumes, want 3", images)
+	}
+	if v := byName["container-disk-rootdisk"]; v.Image == nil || v.Image.PullPolicy != corev1.PullAlways {
+		t.Errorf("rootdisk volume %+v, want image volume container-disk-rootdisk pulled Always", v)
+	}
+	if m := mountOf[EphemeralDisksVolumeName]; m.MountPath != EphemeralDisksMountPath || m.ReadOnly || byName[EphemeralDisksVolumeName].EmptyDir == nil {
+		t.Errorf("ephemeral disks: mount %+v, volume %+v", m, byName[EphemeralDisksVolumeName])
+	}
+	cmd := strings.Join(pod.Spec.Containers[0].Command, " ")
+	if !strings.Contains(cmd, " --ephemeral-dir "+EphemeralDisksMountPath+" ") {
+		t.Errorf("command %q does not pass the ephemeral directory", cmd)
+	}
+	want := []corev1.LocalObjectReference{{Name: "registry-creds"}, {Name: "other-creds"}}
+	if !reflect.DeepEqual(pod.Spec.ImagePullSecrets, want) {
+		t.Errorf("imagePullSecrets %v, want %v", pod.Spec.ImagePullSecrets, want)
+	}
+}
+
+func TestSafeNameKeepsNamesValidAndApart(t *testing.T) {
+	long := strings.Repeat("x", 80)
+	names := []string{"root", "Root", "ROOT", "a_b", "a.b", "a-b", "-", "é", long, long + "y", "a-b", "container-disk-x"}
+	used := map[string]bool{}
+	const maxLen = 63 - len(ContainerDiskVolumePrefix)
+	for _, n := range names {
+		got := safeName(n, maxLen, used)
+		if errs := validation.IsDNS1123Label(ContainerDiskVolumePrefix + got); len(errs) > 0 || len(got) > maxLen {
+			t.Errorf("safeName(%q) = %q: %v", n, got, errs)
+		}
+	}
+	if len(used) != len(names) {
+		t.Errorf("%d distinct names for %d volumes: %v", len(used), len(names), used)
+	}
+	if got := safeName("rootdisk", maxLen, map[string]bool{}); got != "rootdisk" {
+		t.Errorf("a valid name was rewritten to %q", got)
+	}
+}
+
 func TestImageContainersNameEveryBootImage(t *testing.T) {
 	vmi := &virtv1.VirtualMachineInstance{}
 	vmi.Name, vmi.Namespace, vmi.UID = "vm", "default", "uid-1"
@@ -253,7 +377,9 @@ func TestImageContainersNameEveryBootImage(t *testing.T) {
 		{Name: "rootdisk", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: "localhost/qvirt/tiny-disk:latest"}}},
 		{Name: "ci", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#!/bin/sh"}}},
 	}
-	pod, err := RenderLauncherPod(vmi, DefaultOptions())
+	opts := DefaultOptions()
+	opts.ImageContainers = true
+	pod, err := RenderLauncherPod(vmi, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,5 +392,10 @@ func TestImageContainersNameEveryBootImage(t *testing.T) {
 	}
 	if pod.Spec.Containers[0].Name != ComputeContainerName {
 		t.Errorf("compute must stay first: %s", pod.Spec.Containers[0].Name)
+	}
+	// The stand-in pod runner gets the pod it always got: the launcher keeps its overlays in the
+	// VM directory.
+	if len(pod.Spec.Volumes) != 1 || strings.Contains(strings.Join(pod.Spec.Containers[0].Command, " "), "--ephemeral-dir") {
+		t.Errorf("volumes %v, command %v", pod.Spec.Volumes, pod.Spec.Containers[0].Command)
 	}
 }
