@@ -95,10 +95,11 @@ $(NODE_TOOLS)/registry: hack/registry/go.mod hack/registry/go.sum
 	@echo ">> building the OCI registry (distribution v3)"
 	@cd hack/registry && CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@.tmp github.com/distribution/distribution/v3/cmd/registry && mv $@.tmp $@
 
-## build: compile every command into bin/.
+## build: compile every command into bin/, and the pause image's static binary.
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
+	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/qvirt-pause ./hack/pause
 
 ## generate: rebuild deepcopy, CRDs and protobuf code (committed).
 generate: tools
