@@ -1,0 +1,134 @@
+package nodes
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// holderMarker is the holder's $0: sweeps find a crashed run's holders by it.
+const holderMarker = "qvirt-node-holder"
+
+// holderScript runs as the node's first process, in new mount and network namespaces (unshare).
+// It gives the node a private /run, /var/lib and /var/log, binds the node's own directories where
+// the kubelet expects them, makes the mounts shared inside the node (as systemd does on a real one,
+// for mount propagation into pods), says it is ready, and then only holds the namespaces.
+const holderScript = `set -e
+mount -t tmpfs -o mode=0755 qvirt-node-run /run
+mount -t tmpfs -o mode=0755 qvirt-node-lib /var/lib
+mount -t tmpfs -o mode=0755 qvirt-node-log /var/log
+mkdir -p /run/qvirt /var/lib/kubelet /var/log/pods /var/log/containers
+mount --bind "$1" /var/lib/kubelet
+mount --bind "$2" /var/log/pods
+mount --bind "$3" /run/qvirt
+mount --make-rshared /
+touch "$4"
+trap 'exit 0' TERM INT
+while :; do sleep 3600 & wait $! || true; done
+`
+
+func (n *Node) holderArgs() []string {
+	p := n.paths
+	return []string{"--mount", "--net", "--propagation", "private", "/bin/sh", "-c", holderScript,
+		holderMarker, p.kubeletDir(), p.podLogDir(), p.qvirtRunDir(), p.join("holder.ready")}
+}
+
+// waitHolder waits for the holder's ready file.
+func (n *Node) waitHolder(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ready := n.paths.join("holder.ready")
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return nil
+		}
+		if !n.holder.Running() {
+			return fmt.Errorf("node %s: namespace holder exited: %v (log %s)", n.Name, n.holder.ExitError(), n.holder.LogPath)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s: namespaces not ready after %s (log %s)", n.Name, timeout, n.holder.LogPath)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nsenterArgs runs binary inside the node's namespaces (the holder's pid is filled in once it runs),
+// with PATH set for containerd's shim lookup.
+func (n *Node) nsenterArgs(binary string, args ...string) []string {
+	out := []string{"--target", "0", "--mount", "--net", "--",
+		"/usr/bin/env", "PATH=" + n.opts.ToolsDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", binary}
+	return append(out, args...)
+}
+
+// leftoverPids finds every process of an earlier run rooted at dir: the holders (by marker and
+// directory), everything in their mount namespaces (kubelet, containerd, kube-proxy, the shims),
+// and shims or daemons started from toolsDir with dir on their command line.
+func leftoverPids(dir, toolsDir string) []int {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	mntNS := map[string]bool{}
+	type info struct {
+		pid     int
+		cmdline string
+		exe     string
+		mnt     string
+	}
+	var all []info
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		exe, _ := os.Readlink(filepath.Join(p, "exe"))
+		mnt, _ := os.Readlink(filepath.Join(p, "ns", "mnt"))
+		in := info{pid: pid, cmdline: strings.ReplaceAll(string(cmd), "\x00", " "), exe: exe, mnt: mnt}
+		all = append(all, in)
+		if strings.Contains(in.cmdline, holderMarker) && strings.Contains(in.cmdline, dir+"/") && mnt != "" {
+			mntNS[mnt] = true
+		}
+	}
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	delete(mntNS, self)
+	var out []int
+	for _, in := range all {
+		switch {
+		case mntNS[in.mnt]:
+			out = append(out, in.pid)
+		case strings.HasPrefix(in.exe, toolsDir+"/") && strings.Contains(in.cmdline, dir+"/"):
+			out = append(out, in.pid)
+		}
+	}
+	return out
+}
+
+// killPids sends SIGKILL until every pid is gone.
+func killPids(pids []int) {
+	for i := 0; i < 100 && len(pids) > 0; i++ {
+		alive := pids[:0]
+		for _, pid := range pids {
+			if zombie(pid) {
+				continue
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+				alive = append(alive, pid)
+			}
+		}
+		pids = alive
+		if len(pids) > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// zombie reports a process that has exited and waits only to be reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
+}
