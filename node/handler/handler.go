@@ -22,8 +22,10 @@ type Options struct {
 	NodeName string
 	// VMDirRoot holds one directory per VMI (named by its UID), shared with the launchers.
 	VMDirRoot string
-	Images    launcherspec.ImageResolver
-	Network   Network
+	// Images serves launcher pods without image volumes (the stand-in pod runner's); the images
+	// of the others are read from the pod's own image volumes.
+	Images  launcherspec.ImageResolver
+	Network Network
 	// NodeNetns is the network namespace from which the node reaches pod IPs; empty means the
 	// node agent's own (as on a real cluster node).
 	NodeNetns string

@@ -127,7 +127,11 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), Images: h.opts.Images, NICs: map[string]launcherspec.NIC{}}
+	images, err := h.imagesFor(ctx, vmi, lc)
+	if err != nil {
+		return nil, err
+	}
+	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), Images: images, NICs: map[string]launcherspec.NIC{}}
 	taps := map[string]*os.File{}
 	for name, nic := range nics {
 		if nic.Tap == nil {

@@ -29,6 +29,12 @@ type ImageResolver interface {
 	File(image, path string) (string, error)
 }
 
+// ImageOpener is an ImageResolver whose paths the node agent cannot open as they are (they name
+// files in the launcher's container): Build reads image headers through it.
+type ImageOpener interface {
+	Open(path string) (*os.File, error)
+}
+
 // NIC is a pod-network interface the node agent has plumbed for the VM.
 type NIC struct {
 	// TapFDName is the name the tap descriptor is handed to the launcher under.
@@ -182,9 +188,9 @@ func firmware(fw *v1.Firmware, env Env, p *field.Path) (*launcherapi.Firmware, f
 
 func disks(vmi *v1.VirtualMachineInstance, env Env) ([]*launcherapi.Disk, field.ErrorList) {
 	var errs field.ErrorList
-	volumes := map[string]*v1.Volume{}
+	volumes := map[string]int{}
 	for i := range vmi.Spec.Volumes {
-		volumes[vmi.Spec.Volumes[i].Name] = &vmi.Spec.Volumes[i]
+		volumes[vmi.Spec.Volumes[i].Name] = i
 	}
 	dp := field.NewPath("spec", "domain", "devices", "disks")
 	var out []*launcherapi.Disk
@@ -203,13 +209,13 @@ func disks(vmi *v1.VirtualMachineInstance, env Env) ([]*launcherapi.Disk, field.
 		default:
 			ld.Bus = launcherapi.Bus_BUS_VIRTIO
 		}
-		vol, ok := volumes[d.Name]
+		vi, ok := volumes[d.Name]
 		if !ok {
 			errs = append(errs, field.NotFound(p.Child("name"), d.Name))
 			continue
 		}
-		if err := source(ld, vol, vmi, env); err != nil {
-			errs = append(errs, field.Invalid(field.NewPath("spec", "volumes").Key(vol.Name), vol.Name, err.Error()))
+		if err := source(ld, &vmi.Spec.Volumes[vi], field.NewPath("spec", "volumes").Index(vi), vmi, env); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		out = append(out, ld)
@@ -229,14 +235,36 @@ func bus(b v1.DiskBus) launcherapi.Bus {
 	return launcherapi.Bus(-1) // refused by the launcher with the field named
 }
 
-func source(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineInstance, env Env) error {
-	switch {
-	case vol.ContainerDisk != nil:
-		path, err := env.Images.File(vol.ContainerDisk.Image, vol.ContainerDisk.Path)
-		if err != nil {
-			return err
+// source fills in where the disk's data comes from; an error names the volume's field.
+func source(ld *launcherapi.Disk, vol *v1.Volume, vp *field.Path, vmi *v1.VirtualMachineInstance, env Env) *field.Error {
+	if vol.ContainerDisk != nil {
+		cd := vol.ContainerDisk
+		path, err := env.Images.File(cd.Image, cd.Path)
+		if errors.Is(err, ErrImageNotFound) {
+			return field.Invalid(vp.Child("containerDisk", "image"), cd.Image, err.Error())
 		}
-		ld.Source = &launcherapi.Disk_ContainerDisk{ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: path, BaseFormat: imageFormat(path)}}
+		if err != nil {
+			return field.Invalid(vp.Child("containerDisk", "path"), cd.Path, err.Error())
+		}
+		open := os.Open
+		if o, ok := env.Images.(ImageOpener); ok {
+			open = o.Open
+		}
+		format, err := imageFormat(open, path)
+		if err != nil {
+			return field.Invalid(vp.Child("containerDisk", "path"), cd.Path, err.Error())
+		}
+		ld.Source = &launcherapi.Disk_ContainerDisk{ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: path, BaseFormat: format}}
+		return nil
+	}
+	if err := otherSource(ld, vol, vmi, env); err != nil {
+		return field.Invalid(vp, vol.Name, err.Error())
+	}
+	return nil
+}
+
+func otherSource(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineInstance, env Env) error {
+	switch {
 	case vol.CloudInitNoCloud != nil:
 		ci := vol.CloudInitNoCloud
 		user, err := pick(ci.UserData, ci.UserDataBase64)
@@ -264,7 +292,9 @@ func source(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineInstance
 		if err != nil {
 			return err
 		}
-		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: path, Format: imageFormat(path)}}
+		// A claim's file may not exist yet (the launcher creates it); then it is raw.
+		format, _ := imageFormat(os.Open, path)
+		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: path, Format: format}}
 	default:
 		return errors.New("this volume type is not supported by qvirt")
 	}
@@ -289,15 +319,15 @@ func pick(plain, b64 string) (string, error) {
 }
 
 // imageFormat reads the qcow2 magic; anything else is used raw, as QEMU would probe it.
-func imageFormat(path string) launcherapi.ImageFormat {
-	f, err := os.Open(path)
+func imageFormat(open func(string) (*os.File, error), path string) (launcherapi.ImageFormat, error) {
+	f, err := open(path)
 	if err != nil {
-		return launcherapi.ImageFormat_IMAGE_FORMAT_RAW
+		return launcherapi.ImageFormat_IMAGE_FORMAT_RAW, err
 	}
 	defer f.Close()
 	magic := make([]byte, 4)
 	if _, err := io.ReadFull(f, magic); err == nil && string(magic) == "QFI\xfb" {
-		return launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2
+		return launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, nil
 	}
-	return launcherapi.ImageFormat_IMAGE_FORMAT_RAW
+	return launcherapi.ImageFormat_IMAGE_FORMAT_RAW, nil
 }

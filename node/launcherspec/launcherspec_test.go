@@ -112,10 +112,54 @@ func TestBuildNamesWhatItCannotHonour(t *testing.T) {
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"spec.domain.memory.guest", "spec.volumes[root]", "image not found", "spec.domain.devices.disks[1].name", "spec.domain.devices.interfaces[0].name"} {
+	for _, want := range []string{"spec.domain.memory.guest", "spec.volumes[0].containerDisk.image", "image not found", "spec.domain.devices.disks[1].name", "spec.domain.devices.interfaces[0].name"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
+	}
+}
+
+// containerImages names files as the launcher's container sees them; only Open reaches them.
+type containerImages struct{ host string }
+
+func (c containerImages) File(image, path string) (string, error) {
+	if path == "/missing" {
+		return "", fmt.Errorf("%s in image %s: %w", path, image, os.ErrNotExist)
+	}
+	return "/var/run/kubevirt/container-disks/root/disk/disk.qcow2", nil
+}
+
+func (c containerImages) Open(path string) (*os.File, error) {
+	if path != "/var/run/kubevirt/container-disks/root/disk/disk.qcow2" {
+		return nil, os.ErrNotExist
+	}
+	return os.Open(c.host)
+}
+
+func TestBuildReadsFormatThroughTheResolver(t *testing.T) {
+	qcow := filepath.Join(t.TempDir(), "disk.qcow2")
+	os.WriteFile(qcow, []byte("QFI\xfb\x00\x00\x00\x03"), 0o644)
+	mem := resource.MustParse("128Mi")
+	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{
+		Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &mem}, Devices: v1.Devices{Disks: []v1.Disk{{Name: "ci"}, {Name: "root"}}}},
+		Volumes: []v1.Volume{
+			{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{UserData: "#!/bin/sh"}}},
+			{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "d:1"}}},
+		},
+	}}
+	spec, err := Build(vmi, Env{Images: containerImages{host: qcow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd := spec.Disks[1].GetContainerDisk()
+	if cd.GetBasePath() != "/var/run/kubevirt/container-disks/root/disk/disk.qcow2" || cd.GetBaseFormat() != launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2 {
+		t.Errorf("container disk %v", cd)
+	}
+
+	vmi.Spec.Volumes[1].ContainerDisk.Path = "/missing"
+	_, err = Build(vmi, Env{Images: containerImages{host: qcow}})
+	if err == nil || !strings.Contains(err.Error(), "spec.volumes[1].containerDisk.path") {
+		t.Errorf("want an error naming spec.volumes[1].containerDisk.path, got %v", err)
 	}
 }
 
