@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/internal/localcluster/nodes"
 	"github.com/qvirt/qvirt/internal/localcluster/ociimages"
+	"github.com/qvirt/qvirt/internal/localcluster/registry"
 )
 
 func repoRoot(t *testing.T) string {
@@ -73,7 +73,8 @@ func start(t *testing.T, nw nodes.Network, names ...string) *env {
 	}
 	e := &env{k8s: k8s}
 	regAddr := net.JoinHostPort(nw.HostAddr().String(), "5000")
-	reg, err := startRegistry(filepath.Join(toolsDir, "registry"), regAddr, dir)
+	reg, err := registry.Start(ctx, registry.Options{Binary: filepath.Join(toolsDir, "registry"), Addr: regAddr,
+		Dir: filepath.Join(dir, "registry"), LogPath: filepath.Join(dir, "registry.log"), Log: log})
 	if err != nil {
 		k8s.Stop()
 		_ = nodes.Sweep(filepath.Join(dir, "nodes"), toolsDir, nw)
@@ -91,8 +92,8 @@ func start(t *testing.T, nw nodes.Network, names ...string) *env {
 	nc, err := nodes.Start(ctx, nodes.Options{
 		Dir: filepath.Join(dir, "nodes"), Names: names, Network: nw,
 		K8sBinDir: filepath.Join(root, "_tools/k8s"), ToolsDir: toolsDir,
-		PauseImage: "localhost:5000/qvirt/pause:test",
-		Mirrors:    map[string]string{"localhost:5000": "http://" + regAddr},
+		PauseImage:  "localhost:5000/qvirt/pause:test",
+		Mirrors:     map[string]string{"localhost:5000": "http://" + regAddr},
 		Credentials: k8s, Admin: e.kube, Log: log,
 	})
 	t.Cleanup(func() {
@@ -246,27 +247,4 @@ func kubectl(t *testing.T, e *env, args ...string) string {
 		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 	}
 	return string(out)
-}
-
-type scratchRegistry struct{ cmd *exec.Cmd }
-
-func (r *scratchRegistry) Stop() { r.cmd.Process.Kill(); r.cmd.Wait() }
-
-func startRegistry(bin, addr, dir string) (*scratchRegistry, error) {
-	cfg := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s/reg}, delete: {enabled: true}}\nhttp: {addr: %s, secret: x}\n", dir, addr)
-	os.WriteFile(dir+"/reg.yml", []byte(cfg), 0o644)
-	cmd := exec.Command(bin, "serve", dir+"/reg.yml")
-	f, _ := os.Create(dir + "/reg.log")
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	for i := 0; i < 100; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return &scratchRegistry{cmd}, nil
 }
