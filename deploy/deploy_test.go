@@ -31,7 +31,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
 // manifestFiles are the manifests an installer applies (deploy/*.yaml) and the examples; the CRDs
@@ -520,7 +520,7 @@ const restrictedNamespace = "qvirt-restricted"
 // every workload's pod (dry-run): in its own namespace, and for unprivileged ones also in a namespace
 // enforcing the "restricted" Pod Security level.
 func TestServerDryRun(t *testing.T) {
-	binDir := localcluster.RequireBinaries(t)
+	binDir := controlplane.RequireBinaries(t)
 	dir := t.TempDir()
 	admission := filepath.Join(dir, "admission.yaml")
 	if err := os.WriteFile(admission, []byte(admissionConfig), 0o644); err != nil {
@@ -528,7 +528,7 @@ func TestServerDryRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Options{
+	c, err := controlplane.Start(ctx, controlplane.Options{
 		Dir: dir, BinDir: binDir,
 		ExtraAPIServerFlags: []string{"--admission-control-config-file=" + admission},
 	})

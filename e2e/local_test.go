@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/internal/localmode"
 )
 
@@ -34,7 +34,7 @@ var e2eNodes = []string{fmt.Sprintf("e2e%d-n1", os.Getpid()%10000), fmt.Sprintf(
 
 func localStack(t testing.TB) *localmode.Cluster {
 	t.Helper()
-	localcluster.RequireBinaries(t)
+	controlplane.RequireBinaries(t)
 	testenv.RequireQEMU(t)
 	testenv.RequireRoot(t)
 	root := testenv.RepoRoot(t)

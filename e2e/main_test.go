@@ -12,9 +12,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/e2e/stack"
 	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
 // One control plane serves every test of the package: starting one costs seconds.
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 // controlPlane returns the shared stack, starting it on first use.
 func controlPlane(t testing.TB) *stack.Stack {
 	t.Helper()
-	localcluster.RequireBinaries(t)
+	controlplane.RequireBinaries(t)
 	sharedOnce.Do(func() {
 		sharedDir, sharedErr = os.MkdirTemp("", "qvirt-e2e-")
 		if sharedErr != nil {

@@ -15,17 +15,17 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/config"
-	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
 // TestWatcherFollowsTheKubeVirtCR changes the CR on a real kube-apiserver and sees the new rate
 // limits and gates reach the listeners without a restart.
 func TestWatcherFollowsTheKubeVirtCR(t *testing.T) {
-	localcluster.RequireBinaries(t)
+	controlplane.RequireBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: t.TempDir()})
+	c, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

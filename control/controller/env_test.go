@@ -30,7 +30,7 @@ import (
 	virtv1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/controller"
 	"github.com/qvirt/qvirt/control/controller/launcherpod"
-	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
 // env is a real control plane (etcd, kube-apiserver, kube-scheduler,
@@ -50,7 +50,7 @@ var setLoggerOnce sync.Once
 
 func startEnv(t *testing.T, nodes ...string) *env {
 	t.Helper()
-	localcluster.RequireBinaries(t)
+	controlplane.RequireBinaries(t)
 	if testing.Short() {
 		t.Skip("starts a Kubernetes control plane")
 	}
@@ -84,7 +84,7 @@ func startEnv(t *testing.T, nodes ...string) *env {
 	})
 
 	began := time.Now()
-	cl, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(dir, "cluster")})
+	cl, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "cluster")})
 	if err != nil {
 		t.Fatal(err)
 	}

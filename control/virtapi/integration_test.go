@@ -20,15 +20,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/e2e/stack"
 	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/internal/pki"
 )
 
 func startStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	localcluster.RequireBinaries(t)
+	controlplane.RequireBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, err := stack.Start(ctx, stack.Options{Dir: t.TempDir(), Root: testenv.RepoRoot(t), Log: testr.New(t)})

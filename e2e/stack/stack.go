@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/qvirt/qvirt/control/localcluster"
 	"github.com/qvirt/qvirt/control/virtapi"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/internal/localmode"
 	"github.com/qvirt/qvirt/internal/pki"
 	"github.com/qvirt/qvirt/node/nodeapi/nodeapitest"
@@ -28,7 +28,7 @@ const Namespace = localmode.Namespace
 
 // Stack is a running control plane with virt-api.
 type Stack struct {
-	Cluster   *localcluster.Cluster
+	Cluster   *controlplane.Cluster
 	Kube      kubernetes.Interface
 	Root      string // repository root
 	Dir       string
@@ -51,7 +51,7 @@ type Options struct {
 
 // Start brings everything up; Stop tears it down.
 func Start(ctx context.Context, o Options) (*Stack, error) {
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log})
+	c, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log})
 	if err != nil {
 		return nil, err
 	}

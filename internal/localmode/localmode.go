@@ -17,7 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/internal/pki"
 	"github.com/qvirt/qvirt/internal/proc"
 )
@@ -65,7 +65,7 @@ func (o *Options) defaults() {
 // Cluster is a running local cluster.
 type Cluster struct {
 	opts    Options
-	K8s     *localcluster.Cluster
+	K8s     *controlplane.Cluster
 	CA      *pki.CA
 	spawner *proc.Spawner
 
@@ -136,7 +136,7 @@ func (c *Cluster) up(ctx context.Context) error {
 		return fmt.Errorf("guest images missing (run `make guest`): %w", err)
 	}
 	c.progress("starting the Kubernetes control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager)")
-	k8s, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log.WithName("k8s")})
+	k8s, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(o.Dir, "cluster"), Log: o.Log.WithName("k8s")})
 	if err != nil {
 		return err
 	}

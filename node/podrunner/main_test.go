@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
 // The test binary doubles as a fake virt-launcher: the runner starts it, with the pod's
@@ -127,16 +127,16 @@ func skipOrFail(t *testing.T, msg string) {
 var shared struct {
 	once    sync.Once
 	dir     string
-	cluster *localcluster.Cluster
+	cluster *controlplane.Cluster
 	err     error
 }
 
 // testCluster is one control plane for every test of the package, started on first use.
-func testCluster(t *testing.T) *localcluster.Cluster {
+func testCluster(t *testing.T) *controlplane.Cluster {
 	t.Helper()
 	requireRoot(t)
 	requireCNI(t)
-	localcluster.RequireBinaries(t)
+	controlplane.RequireBinaries(t)
 	shared.once.Do(func() {
 		if shared.dir, shared.err = os.MkdirTemp("", "podrunner-cluster-"); shared.err != nil {
 			return
@@ -144,7 +144,7 @@ func testCluster(t *testing.T) *localcluster.Cluster {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		began := time.Now()
-		shared.cluster, shared.err = localcluster.Start(ctx, localcluster.Options{Dir: shared.dir, Log: logr.Discard()})
+		shared.cluster, shared.err = controlplane.Start(ctx, controlplane.Options{Dir: shared.dir, Log: logr.Discard()})
 		t.Logf("control plane started in %v", time.Since(began).Round(time.Millisecond))
 	})
 	if shared.err != nil {

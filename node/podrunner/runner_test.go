@@ -21,14 +21,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/node/images"
 )
 
 // harness is one node with its runner, in a namespace of its own, on the shared control plane.
 type harness struct {
 	t        *testing.T
-	cluster  *localcluster.Cluster
+	cluster  *controlplane.Cluster
 	admin    kubernetes.Interface
 	node     string
 	subnet   string

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/qvirt/qvirt/control/localcluster"
+	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/internal/localcluster/nodes"
 	"github.com/qvirt/qvirt/internal/localcluster/ociimages"
 	"github.com/qvirt/qvirt/internal/localcluster/registry"
@@ -37,7 +37,7 @@ func repoRoot(t *testing.T) string {
 
 // env is a control plane, a registry and nodes on a bridge of their own.
 type env struct {
-	k8s   *localcluster.Cluster
+	k8s   *controlplane.Cluster
 	kube  kubernetes.Interface
 	nodes *nodes.Cluster
 	reg   string
@@ -65,7 +65,7 @@ func start(t *testing.T, nw nodes.Network, names ...string) *env {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	k8s, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(dir, "k8s"), BinDir: filepath.Join(root, "_tools/k8s"),
+	k8s, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "k8s"), BinDir: filepath.Join(root, "_tools/k8s"),
 		BindAddress: nw.HostAddr().String(), Log: log})
 	if err != nil {
 		_ = nodes.Sweep(filepath.Join(dir, "nodes"), toolsDir, nw)

@@ -1,8 +1,8 @@
-// Package localcluster runs a real Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
+// Package controlplane runs a real Kubernetes control plane (etcd, kube-apiserver, kube-scheduler,
 // kube-controller-manager) as local processes on loopback, with client-certificate authentication,
 // Node+RBAC authorization and the aggregation layer configured. End-to-end tests and local mode use it;
 // `make k8s` builds the binaries.
-package localcluster
+package controlplane
 
 import (
 	"context"
@@ -84,7 +84,7 @@ const (
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	began := time.Now()
 	if opts.Dir == "" {
-		return nil, errors.New("localcluster: Options.Dir is required")
+		return nil, errors.New("controlplane: Options.Dir is required")
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -97,7 +97,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	if err := checkBinaries(binDir); err != nil {
-		return nil, fmt.Errorf("localcluster: run `make k8s`: %w", err)
+		return nil, fmt.Errorf("controlplane: run `make k8s`: %w", err)
 	}
 	for _, sub := range []string{"pki", "etcd", "logs", "users"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
@@ -107,24 +107,24 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	c := &Cluster{log: opts.Log, dir: dir, binDir: binDir, bind: net.ParseIP("127.0.0.1")}
 	if opts.BindAddress != "" {
 		if c.bind = net.ParseIP(opts.BindAddress); c.bind == nil {
-			return nil, fmt.Errorf("localcluster: BindAddress %q is not an IP address", opts.BindAddress)
+			return nil, fmt.Errorf("controlplane: BindAddress %q is not an IP address", opts.BindAddress)
 		}
 	}
 	if c.pki, err = newPKI(filepath.Join(dir, "pki"), c.bind); err != nil {
-		return nil, fmt.Errorf("localcluster: %w", err)
+		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	if c.ports, err = freePorts(); err != nil {
-		return nil, fmt.Errorf("localcluster: %w", err)
+		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 	if err := c.writeKubeconfigs(); err != nil {
-		return nil, fmt.Errorf("localcluster: %w", err)
+		return nil, fmt.Errorf("controlplane: %w", err)
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	c.spawner = proc.NewSpawner()
 	if err := c.startAll(ctx, opts.ExtraAPIServerFlags); err != nil {
-		return nil, errors.Join(fmt.Errorf("localcluster: %w", err), c.Stop())
+		return nil, errors.Join(fmt.Errorf("controlplane: %w", err), c.Stop())
 	}
 	c.log.Info("control plane ready", "elapsed", time.Since(began).Round(time.Millisecond),
 		"server", c.restConfig.Host, "kubeconfig", c.adminKubeconfig, "dir", dir)
@@ -452,16 +452,16 @@ var unsafeFileChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 // client config and a kubeconfig file for it. The user has only the rights RBAC grants it.
 func (c *Cluster) UserConfig(user string, groups ...string) (*rest.Config, string, error) {
 	if user == "" {
-		return nil, "", errors.New("localcluster: empty user name")
+		return nil, "", errors.New("controlplane: empty user name")
 	}
 	pair, err := c.pki.issueClient(user, groups)
 	if err != nil {
-		return nil, "", fmt.Errorf("localcluster: certificate for %s: %w", user, err)
+		return nil, "", fmt.Errorf("controlplane: certificate for %s: %w", user, err)
 	}
 	path := filepath.Join(c.dir, "users", unsafeFileChars.ReplaceAllString(user, "_")+".kubeconfig")
 	server := c.restConfig.Host
 	if err := writeKubeconfig(path, server, c.pki.ca.CertPEM(), user, pair); err != nil {
-		return nil, "", fmt.Errorf("localcluster: %w", err)
+		return nil, "", fmt.Errorf("controlplane: %w", err)
 	}
 	return restConfig(server, c.pki.ca.CertPEM(), pair), path, nil
 }
