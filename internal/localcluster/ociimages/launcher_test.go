@@ -41,22 +41,23 @@ func imageSizes(t *testing.T, img v1.Image) (compressed, uncompressed int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range layers {
-		n, err := l.Size()
+	for i, l := range layers {
+		size, err := l.Size()
 		if err != nil {
 			t.Fatal(err)
 		}
-		compressed += n
+		compressed += size
 		rc, err := l.Uncompressed()
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err = io.Copy(io.Discard, rc)
+		n, err := io.Copy(io.Discard, rc)
 		rc.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
 		uncompressed += n
+		t.Logf("layer %d: %.1f MiB compressed, %.1f MiB uncompressed", i, float64(size)/(1<<20), float64(n)/(1<<20))
 	}
 	return compressed, uncompressed
 }
