@@ -35,7 +35,7 @@ func main() {
 	flag.StringVar(&o.ClientCAFile, "client-ca-file", "/etc/virt-handler/clientca/ca.crt", "CA of virt-api's client certificate")
 	flag.StringVar(&o.MetricsListen, "metrics-listen", ":8443", "address of /metrics; empty disables it")
 	flag.DurationVar(&o.StatsInterval, "stats-interval", 10*time.Second, "how often VM statistics are refreshed for scrapes")
-	imageStore := flag.String("image-store", "", "local OCI image store for containerDisk and kernelBoot images")
+	imageStore := flag.String("image-store", "", "local OCI image store for the containerDisk and kernelBoot images of launcher pods without image volumes (the local pod runner's)")
 
 	localPods := flag.Bool("local-pods", false, "run launcher pods bound to this node as processes (no kubelet)")
 	podsKubeconfig := flag.String("local-pods-kubeconfig", "", "kubeconfig of the node identity (system:node:NAME) the pod runner acts as")
