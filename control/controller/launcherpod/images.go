@@ -30,6 +30,10 @@ const (
 	EphemeralDisksMountPath = "/var/run/kubevirt-ephemeral-disks"
 	// EphemeralDisksVolumeName is the emptyDir mounted at EphemeralDisksMountPath.
 	EphemeralDisksVolumeName = "ephemeral-disks"
+	// ImageFilesGroup is KubeVirt's qemu group (107), which containerDisk images commonly give
+	// their files to, readable by group only. The compute container runs as root without
+	// CAP_DAC_OVERRIDE, so it needs the group to read them.
+	ImageFilesGroup int64 = 107
 )
 
 // imageVolumes mounts every image the VM boots from (containerDisk volumes, the kernelBoot

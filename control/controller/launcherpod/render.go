@@ -125,6 +125,9 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 	vols, mounts := imageVolumes(vmi)
 	compute.VolumeMounts = append(compute.VolumeMounts, mounts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+	if len(vols) > 0 {
+		pod.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{ImageFilesGroup}}
+	}
 	return pod, nil
 }
 

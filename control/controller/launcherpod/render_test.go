@@ -342,6 +342,9 @@ func TestImageVolumes(t *testing.T) {
 	if !strings.Contains(cmd, " --ephemeral-dir "+EphemeralDisksMountPath+" ") {
 		t.Errorf("command %q does not pass the ephemeral directory", cmd)
 	}
+	if sc := pod.Spec.SecurityContext; sc == nil || !reflect.DeepEqual(sc.SupplementalGroups, []int64{ImageFilesGroup}) {
+		t.Errorf("pod security context %+v, want the image files' group", sc)
+	}
 	want := []corev1.LocalObjectReference{{Name: "registry-creds"}, {Name: "other-creds"}}
 	if !reflect.DeepEqual(pod.Spec.ImagePullSecrets, want) {
 		t.Errorf("imagePullSecrets %v, want %v", pod.Spec.ImagePullSecrets, want)
