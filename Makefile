@@ -116,11 +116,11 @@ guest: apt
 
 ## run: the whole stack on this machine (a real control plane, virt-api, virt-controller, two
 ## nodes), boot the example VM and say how to reach it; Ctrl-C tears it all down.
-run: apt cni guest k8s build
+run: apt cni guest k8s nodes build
 	@bin/qvirt-local --root $(CURDIR) run
 
 ## up / down: the same in the background, for scripts; up returns once the example VM runs.
-up: apt cni guest k8s build
+up: apt cni guest k8s nodes build
 	@mkdir -p _local && rm -f _local/ready
 	@nohup bin/qvirt-local --root $(CURDIR) --ready-file _local/ready run >_local/qvirt-local.log 2>&1 &
 	@for i in $$(seq 1 600); do 		if [ -f _local/ready ]; then grep -A20 '^qvirt is running' _local/qvirt-local.log; exit 0; fi; 		if ! pgrep -f "qvirt-local --root $(CURDIR) --ready-file" >/dev/null; then tail -20 _local/qvirt-local.log; exit 1; fi; 		sleep 1; 	done; echo "timed out; see _local/qvirt-local.log"; exit 1

@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/qvirt/qvirt/internal/localmode"
+	"github.com/qvirt/qvirt/internal/localcluster"
 )
 
 func main() {
@@ -24,6 +24,7 @@ func main() {
 	root := flag.String("root", ".", "repository root")
 	readyFile := flag.String("ready-file", "", "file written once the cluster and the example VM are ready")
 	example := flag.String("example", "deploy/examples/vm-tiny.yaml", "VM applied once the cluster is up; empty for none")
+	nodeCount := flag.Int("nodes", 2, "number of nodes (node01, node02, ...)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: qvirt-local [flags] run|down\n")
 		flag.PrintDefaults()
@@ -33,7 +34,13 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	opts := localmode.Options{Root: absRoot, Progress: os.Stdout, Log: klog.Background().WithName("qvirt-local")}
+	if *nodeCount < 1 || *nodeCount > 99 {
+		fatal(fmt.Errorf("--nodes %d: between 1 and 99", *nodeCount))
+	}
+	opts := localcluster.Options{Root: absRoot, Progress: os.Stdout, Log: klog.Background().WithName("qvirt-local")}
+	for i := 1; i <= *nodeCount; i++ {
+		opts.Nodes = append(opts.Nodes, fmt.Sprintf("node%02d", i))
+	}
 	switch flag.Arg(0) {
 	case "run":
 		if err := run(opts, *example, *readyFile); err != nil {
@@ -55,9 +62,11 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func pidFile(o localmode.Options) string { return filepath.Join(o.Root, "_local", "qvirt-local.pid") }
+func pidFile(o localcluster.Options) string {
+	return filepath.Join(o.Root, "_local", "qvirt-local.pid")
+}
 
-func run(o localmode.Options, example, readyFile string) error {
+func run(o localcluster.Options, example, readyFile string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := os.MkdirAll(filepath.Join(o.Root, "_local"), 0o755); err != nil {
@@ -71,7 +80,7 @@ func run(o localmode.Options, example, readyFile string) error {
 		os.Remove(readyFile)
 	}
 	upCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	c, err := localmode.Up(upCtx, o)
+	c, err := localcluster.Up(upCtx, o)
 	cancel()
 	if err != nil {
 		return err
@@ -98,9 +107,10 @@ func run(o localmode.Options, example, readyFile string) error {
 	return nil
 }
 
-func printHowTo(c *localmode.Cluster, vm string) {
+func printHowTo(c *localcluster.Cluster, vm string) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nqvirt is running: Kubernetes %s with virt-api, virt-controller and virt-handler on node01 and node02.\n", "v1.37.2")
+	fmt.Fprintf(&b, "\nqvirt is running: Kubernetes %s on nodes %s (kubelet, containerd), with virt-api, virt-controller and virt-handler as pods.\n",
+		"v1.37.2", strings.Join(c.NodeNames(), ", "))
 	if vm != "" {
 		fmt.Fprintf(&b, "The example VM %q is Running.\n", vm)
 	}
@@ -112,12 +122,14 @@ func printHowTo(c *localmode.Cluster, vm string) {
 		fmt.Fprintf(&b, "bin/virtctl port-forward vm/%s 8080:80   # then: curl http://127.0.0.1:8080/\n", vm)
 		fmt.Fprintf(&b, "bin/virtctl pause vm %s; bin/virtctl unpause vm %s; bin/virtctl stop %s\n", vm, vm, vm)
 	}
-	fmt.Fprintf(&b, "\nLogs: %s/<component>.log. Ctrl-C stops everything.\n", c.LogDir())
+	fmt.Fprintf(&b, "kubectl logs -n kubevirt daemonset/virt-handler   # and any launcher pod: kubectl logs virt-launcher-%s-...\n", vm)
+	fmt.Fprintf(&b, "bin/qvirt-image push --registry %s localhost:5000/me/disk:1 /disk/disk.qcow2=FILE   # your own containerDisk\n", c.RegistryAddr())
+	fmt.Fprintf(&b, "\nLogs: %s (control plane, registries) and %s/<node>/logs (kubelet, containerd). Ctrl-C stops everything.\n", c.LogDir(), c.NodesDir())
 	fmt.Print(b.String())
 }
 
 // down stops a cluster started by `run` in the background, then sweeps what may remain.
-func down(o localmode.Options) error {
+func down(o localcluster.Options) error {
 	if b, err := os.ReadFile(pidFile(o)); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
 			fmt.Printf(">> stopping qvirt-local (pid %d)\n", pid)
@@ -127,5 +139,5 @@ func down(o localmode.Options) error {
 			}
 		}
 	}
-	return localmode.Sweep(filepath.Join(o.Root, "_local"), []string{"node01", "node02"})
+	return localcluster.Sweep(filepath.Join(o.Root, "_local"), filepath.Join(o.Root, "_tools"), 0)
 }
