@@ -26,7 +26,7 @@ apt:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
 	fi
 
-## cni: the CNI plugins local mode's pod runner attaches pods with (bridge, host-local, loopback),
+## cni: the CNI plugins the local cluster's containerd attaches pods with (bridge, host-local, portmap),
 ## from Debian's containernetworking-plugins, in /usr/lib/cni.
 CNI_DIR := /usr/lib/cni
 cni:
@@ -108,11 +108,10 @@ generate: tools
 	protoc --proto_path=launcher/api --go_out=launcher/api --go_opt=paths=source_relative \
 		--go-grpc_out=launcher/api --go-grpc_opt=paths=source_relative launcher/api/*.proto
 
-## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages, and put it
-## into the local image store _guest/images (localhost/qvirt/tiny-kernel, localhost/qvirt/tiny-disk).
+## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages; the local
+## cluster pushes it as the images localhost:5000/qvirt/tiny-kernel and localhost:5000/qvirt/tiny-disk.
 guest: apt
 	@bash hack/guest/build.sh $(GUEST)
-	@GO=$(GO) bash hack/guest/images.sh $(GUEST)
 
 ## run: the whole stack on this machine (a real control plane, virt-api, virt-controller, two
 ## nodes), boot the example VM and say how to reach it; Ctrl-C tears it all down.

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -94,7 +92,7 @@ func BenchmarkVMIStartBurst(b *testing.B) {
 	report(podStart, "pod-bound-to-ready")
 
 	time.Sleep(15 * time.Second) // the guests boot; the stats cache fills
-	addr := c.HandlerMetrics[node]
+	addr := handlerMetrics(b, c, node)
 	t0 := time.Now()
 	const scrapes = 10
 	for i := 0; i < scrapes; i++ {
@@ -109,12 +107,9 @@ func BenchmarkVMIStartBurst(b *testing.B) {
 	var total float64
 	var counted int
 	for _, vmi := range list.Items {
-		dir := filepath.Join(c.VMDirRoot(), string(vmi.UID))
 		var rss uint64
-		for _, pid := range processesWith(dir + "/") {
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "virt-launcher") || strings.HasPrefix(string(comm), "qemu-system") {
-				rss += rssOf(b, pid)
-			}
+		for _, pid := range vmProcesses(b, c, &vmi) {
+			rss += rssOf(b, pid)
 		}
 		if rss > 0 {
 			total += float64(rss) - 128<<20

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/internal/localmode"
+	"github.com/qvirt/qvirt/internal/localcluster"
 	"github.com/qvirt/qvirt/netplumb"
 )
 
@@ -48,7 +48,7 @@ spec:
         firmware:
           kernelBoot:
             kernelArgs: console=ttyS0 quiet
-            container: {image: localhost/qvirt/tiny-kernel:latest, kernelPath: /boot/vmlinuz, initrdPath: /boot/initrd.img}
+            container: {image: localhost:5000/qvirt/tiny-kernel:latest, kernelPath: /boot/vmlinuz, initrdPath: /boot/initrd.img}
         devices:
           disks:
           - name: rootdisk
@@ -61,13 +61,13 @@ spec:
         pod: {}
       volumes:
       - name: rootdisk
-        containerDisk: {image: localhost/qvirt/tiny-disk:latest}
+        containerDisk: {image: localhost:5000/qvirt/tiny-disk:latest}
 `, name, node, binding, ports)
 }
 
 // startVM applies a manifest and waits for the VM to run. If the test fails, the guest's
 // console log and QEMU's log are printed, as they say why a guest did not answer.
-func startVM(t testing.TB, c *localmode.Cluster, manifest string) {
+func startVM(t testing.TB, c *localcluster.Cluster, manifest string) {
 	t.Helper()
 	var meta struct {
 		Metadata struct{ Name string }
@@ -89,7 +89,7 @@ func startVM(t testing.TB, c *localmode.Cluster, manifest string) {
 	}
 }
 
-func getVMI(t *testing.T, c *localmode.Cluster, name string) *v1.VirtualMachineInstance {
+func getVMI(t *testing.T, c *localcluster.Cluster, name string) *v1.VirtualMachineInstance {
 	t.Helper()
 	vmi := &v1.VirtualMachineInstance{}
 	if err := kv(t, c).Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, vmi); err != nil {
@@ -99,7 +99,7 @@ func getVMI(t *testing.T, c *localmode.Cluster, name string) *v1.VirtualMachineI
 }
 
 // launcherPod returns the running launcher pod of a VMI.
-func launcherPod(t *testing.T, c *localmode.Cluster, vmi *v1.VirtualMachineInstance) *corev1.Pod {
+func launcherPod(t *testing.T, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) *corev1.Pod {
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
 	if err != nil {
@@ -113,9 +113,9 @@ func launcherPod(t *testing.T, c *localmode.Cluster, vmi *v1.VirtualMachineInsta
 }
 
 // httpFromPod fetches url from inside a pod's network namespace, retrying while the guest boots.
-func httpFromPod(t *testing.T, pod *corev1.Pod, url, want string) {
+func httpFromPod(t *testing.T, c *localcluster.Cluster, pod *corev1.Pod, url, want string) {
 	t.Helper()
-	httpFromNetns(t, "/run/netns/qvpod-"+string(pod.UID), url, want)
+	httpFromNetns(t, podNetns(t, c, pod), url, want)
 }
 
 // httpFromNetns fetches url from inside a network namespace, retrying while the guest boots.
@@ -152,7 +152,7 @@ func httpFromNetns(t *testing.T, ns, url, want string) {
 }
 
 // stream opens a subresource websocket through the kube-apiserver, as virtctl does.
-func stream(t testing.TB, c *localmode.Cluster, path string) *websocket.Conn {
+func stream(t testing.TB, c *localcluster.Cluster, path string) *websocket.Conn {
 	t.Helper()
 	cfg := c.K8s.RESTConfig()
 	tlsCfg, err := rest.TLSConfigFor(cfg)
@@ -237,7 +237,7 @@ func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr
 func sscanInt(s string, v *int) (int, error) { return fmt.Sscanf(s, "%d", v) }
 
 // dumpVM logs the tail of a VM's serial console and QEMU logs.
-func dumpVM(t testing.TB, c *localmode.Cluster, name string) {
+func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {
 	vmi := &v1.VirtualMachineInstance{}
 	if err := kv(t, c).Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, vmi); err != nil {
 		t.Logf("diagnostics for %s: %v", name, err)
@@ -245,7 +245,7 @@ func dumpVM(t testing.TB, c *localmode.Cluster, name string) {
 	}
 	t.Logf("VMI %s: phase %s node %s conditions %+v", name, vmi.Status.Phase, vmi.Status.NodeName, vmi.Status.Conditions)
 	for _, f := range []string{"serial0.log", "qemu.log", "launcher.log"} {
-		b, err := os.ReadFile(filepath.Join(c.VMDirRoot(), string(vmi.UID), f))
+		b, err := os.ReadFile(filepath.Join(c.VMDir(vmi.Status.NodeName, string(vmi.UID)), f))
 		if err != nil {
 			continue
 		}

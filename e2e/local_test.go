@@ -16,13 +16,13 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localcluster"
 	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
-	"github.com/qvirt/qvirt/internal/localmode"
 )
 
 // The whole stack, brought up the way `make up` does it, shared by the tests of this package.
 var (
-	local     *localmode.Cluster
+	local     *localcluster.Cluster
 	localErr  error
 	localOnce sync.Once
 	localDir  string
@@ -32,13 +32,13 @@ var (
 // cluster someone else runs on this machine.
 var e2eNodes = []string{fmt.Sprintf("e2e%d-n1", os.Getpid()%10000), fmt.Sprintf("e2e%d-n2", os.Getpid()%10000)}
 
-func localStack(t testing.TB) *localmode.Cluster {
+func localStack(t testing.TB) *localcluster.Cluster {
 	t.Helper()
 	controlplane.RequireBinaries(t)
 	testenv.RequireQEMU(t)
 	testenv.RequireRoot(t)
 	root := testenv.RepoRoot(t)
-	for _, b := range []string{"virt-api", "virt-controller", "virt-handler", "virt-launcher"} {
+	for _, b := range []string{"virt-api", "virt-controller", "virt-handler", "virt-launcher", "qvirt-pause"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", b)); err != nil {
 			if os.Getenv("CI") != "" {
 				t.Fatalf("bin/%s missing: make test builds it", b)
@@ -53,10 +53,11 @@ func localStack(t testing.TB) *localmode.Cluster {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		local, localErr = localmode.Up(ctx, localmode.Options{Root: root, Dir: localDir, Nodes: e2eNodes, Log: logr.Discard()})
+		// Network 1: `make run` uses 0, so both can run on one machine.
+		local, localErr = localcluster.Up(ctx, localcluster.Options{Root: root, Dir: localDir, Nodes: e2eNodes, NetworkIndex: 1, Log: logr.Discard()})
 	})
 	if localErr != nil {
-		t.Fatalf("local cluster: %v (logs in %s)", localErr, filepath.Join(localDir, "logs"))
+		t.Fatalf("local cluster: %v (logs in %s and %s)", localErr, filepath.Join(localDir, "logs"), filepath.Join(localDir, "nodes", "*", "logs"))
 	}
 	return local
 }
@@ -72,7 +73,7 @@ func stopLocal() {
 	}
 }
 
-func kv(t testing.TB, c *localmode.Cluster) client.Client {
+func kv(t testing.TB, c *localcluster.Cluster) client.Client {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1.AddToScheme(scheme)

@@ -12,13 +12,12 @@ import (
 
 	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/internal/localmode"
-	"github.com/qvirt/qvirt/node/podrunner"
+	"github.com/qvirt/qvirt/internal/localcluster"
 )
 
 // TestVMsOnNodes: VMs applied with kubectl land on a node through the real scheduler, boot,
@@ -41,11 +40,11 @@ func TestVMsOnNodes(t *testing.T) {
 	}
 
 	t.Run("bridge binding answers another pod", func(t *testing.T) {
-		httpFromPod(t, masqPod, "http://"+bridge.Status.Interfaces[0].IP+"/", "qvirt-guest")
+		httpFromPod(t, c, masqPod, "http://"+bridge.Status.Interfaces[0].IP+"/", "qvirt-guest")
 	})
 	// The pod network as the node sees it (a bridge-bound pod's own namespace has given its
 	// address to the guest, so it cannot be the client).
-	nodeNetns := "/run/netns/" + podrunner.NodeNetns(node)
+	nodeNetns := c.Nodes.Node(node).NetnsPath()
 	t.Run("masquerade binding forwards the declared port", func(t *testing.T) {
 		httpFromNetns(t, nodeNetns, "http://"+masqPod.Status.PodIP+":80/", "qvirt-guest")
 	})
@@ -74,7 +73,7 @@ func TestVMsOnNodes(t *testing.T) {
 		}
 	})
 	t.Run("metrics move", func(t *testing.T) {
-		addr := c.HandlerMetrics[node]
+		addr := handlerMetrics(t, c, node)
 		var first string
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
 			first = scrape(t, addr)
@@ -111,8 +110,8 @@ func TestVMsOnNodes(t *testing.T) {
 	})
 }
 
-// TestNodeAgentRestartKeepsGuests: killing virt-handler with SIGKILL leaves the guest running,
-// and status updates resume once it is back.
+// TestNodeAgentRestartKeepsGuests: deleting the virt-handler pod leaves the guest running, and the
+// DaemonSet's new pod adopts the VM: status updates resume.
 func TestNodeAgentRestartKeepsGuests(t *testing.T) {
 	c := localStack(t)
 	node := e2eNodes[1]
@@ -121,23 +120,21 @@ func TestNodeAgentRestartKeepsGuests(t *testing.T) {
 	ws := stream(t, c, "virtualmachineinstances/survivor/console")
 	send(t, ws, "\n")
 	expect(t, ws, "qvirt# ", 60*time.Second)
-	qemu := qemuPIDs(c, vmi.UID)
+	qemu := qemuPIDs(t, c, vmi)
 	if len(qemu) != 1 {
 		t.Fatalf("QEMU processes of the VM: %v", qemu)
 	}
 	upBefore := uptime(t, ws, "before")
 
-	if err := c.Kill("virt-handler-" + node); err != nil {
+	old := handlerPod(t, c, node)
+	if err := c.Kube.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	waitNewHandler(t, c, node, old.UID)
 	if syscall.Kill(qemu[0], 0) != nil {
 		t.Fatal("QEMU died with the node agent")
 	}
-	if err := c.Restart("virt-handler-" + node); err != nil {
-		t.Fatal(err)
-	}
-	if got := qemuPIDs(c, vmi.UID); len(got) != 1 || got[0] != qemu[0] {
+	if got := qemuPIDs(t, c, vmi); len(got) != 1 || got[0] != qemu[0] {
 		t.Fatalf("QEMU restarted: %v -> %v", qemu, got)
 	}
 	// Status updates resume: a pause through virt-api shows on the VMI.
@@ -175,7 +172,7 @@ func uptime(t *testing.T, ws *websocket.Conn, tag string) float64 {
 	return v
 }
 
-func waitCondition(t *testing.T, ctx context.Context, c *localmode.Cluster, name string, ct v1.VirtualMachineInstanceConditionType, want corev1.ConditionStatus) {
+func waitCondition(t *testing.T, ctx context.Context, c *localcluster.Cluster, name string, ct v1.VirtualMachineInstanceConditionType, want corev1.ConditionStatus) {
 	t.Helper()
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		vmi := &v1.VirtualMachineInstance{}
@@ -196,7 +193,7 @@ func waitCondition(t *testing.T, ctx context.Context, c *localmode.Cluster, name
 
 // putSub calls a PUT subresource as the admin, through the aggregation layer.
 // It retries while the node agent is (re)starting.
-func putSub(t *testing.T, c *localmode.Cluster, path string) {
+func putSub(t *testing.T, c *localcluster.Cluster, path string) {
 	t.Helper()
 	var out []byte
 	var err error
@@ -209,15 +206,6 @@ func putSub(t *testing.T, c *localmode.Cluster, path string) {
 	if err != nil {
 		t.Fatalf("PUT %s: %v %s", path, err, out)
 	}
-}
-
-// qemuPIDs finds the QEMU processes of a VMI by its directory in their command line.
-func qemuPIDs(c *localmode.Cluster, uid types.UID) []int {
-	var out []int
-	for _, pid := range processesWith(filepath.Join(c.VMDirRoot(), string(uid)) + "/qmp.sock") {
-		out = append(out, pid)
-	}
-	return out
 }
 
 func processesWith(s string) []int {

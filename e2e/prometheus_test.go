@@ -32,8 +32,8 @@ func TestPrometheusScrapesNodeAgents(t *testing.T) {
 
 	dir := t.TempDir()
 	var targets []string
-	for _, addr := range c.HandlerMetrics {
-		targets = append(targets, `"`+addr+`"`)
+	for _, node := range e2eNodes {
+		targets = append(targets, `"`+handlerMetrics(t, c, node)+`"`)
 	}
 	cfg := fmt.Sprintf("global: {scrape_interval: 2s}\nscrape_configs:\n- job_name: virt-handler\n  static_configs:\n  - targets: [%s]\n", strings.Join(targets, ", "))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {

@@ -400,7 +400,7 @@ func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 	}
 	before := getVMI(t, c, vmName)
 	// A soft reboot restarts the guest in the same VMI and QEMU: it boots a second time.
-	serial := filepath.Join(c.VMDirRoot(), string(before.UID), "serial0.log")
+	serial := filepath.Join(c.VMDir(before.Status.NodeName, string(before.UID)), "serial0.log")
 	boots := func() int { b, _ := os.ReadFile(serial); return strings.Count(string(b), "qvirt-guest: booted") }
 	first := boots()
 	run("soft-reboot", vmName)
@@ -430,6 +430,7 @@ func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 	}
 	status("Running")
 	after := getVMI(t, c, vmName)
+	afterProcs := vmProcesses(t, c, after)
 
 	run("stop", vmName)
 	status("Stopped")
@@ -438,9 +439,9 @@ func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 		gone := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: vmName}, vmi) != nil
 		var pods corev1.PodList
 		_ = kv(t, c).List(ctx, &pods, client.MatchingLabels{"kubevirt.io/created-by": string(after.UID)})
-		return gone && len(pods.Items) == 0 && len(processesWith(string(after.UID))) == 0, nil
+		return gone && len(pods.Items) == 0 && len(alive(afterProcs)) == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("after stop something is left: processes %v", processesWith(string(after.UID)))
+		t.Fatalf("after stop something is left: processes %v of %v", alive(afterProcs), afterProcs)
 	}
 }

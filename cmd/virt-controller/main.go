@@ -23,7 +23,6 @@ func main() {
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS with a self-signed certificate")
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" turns it off`)
 	flag.StringVar(&o.Pods.Image, "launcher-image", launcherpod.DefaultImage, "image of the launcher pods' compute container")
-	flag.BoolVar(&o.Pods.ImageContainers, "image-containers", false, "render containerDisk and kernelBoot images as extra containers of the launcher pod instead of image volumes: the mode of the stand-in pod runner (virt-handler --local-pods), which cannot serve image volumes")
 	flag.StringVar(&o.Pods.VMDirRoot, "vm-dir-root", launcherpod.DefaultVMDirRoot, "host directory holding one directory per VMI, shared with the node agent")
 	quantity(&o.Pods.LauncherOverhead, "launcher-memory-overhead", "memory of virt-launcher added to each launcher pod's request")
 	quantity(&o.Pods.QEMUOverhead, "qemu-memory-overhead", "memory of QEMU beyond guest RAM added to each launcher pod's request")

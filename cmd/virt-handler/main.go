@@ -1,5 +1,5 @@
-// virt-handler is qvirt's node agent. With --local-pods it also runs the launcher pods bound
-// to its node, for machines without a kubelet (local mode).
+// virt-handler is qvirt's node agent: one per node (a DaemonSet), it runs the VMs whose launcher
+// pods the kubelet started on this node.
 package main
 
 import (
@@ -10,16 +10,11 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/qvirt/qvirt/node/agent"
-	"github.com/qvirt/qvirt/node/images"
 	"github.com/qvirt/qvirt/node/podnet"
-	"github.com/qvirt/qvirt/node/podrunner"
 )
 
 func main() {
@@ -35,16 +30,6 @@ func main() {
 	flag.StringVar(&o.ClientCAFile, "client-ca-file", "/etc/virt-handler/clientca/ca.crt", "CA of virt-api's client certificate")
 	flag.StringVar(&o.MetricsListen, "metrics-listen", ":8443", "address of /metrics; empty disables it")
 	flag.DurationVar(&o.StatsInterval, "stats-interval", 10*time.Second, "how often VM statistics are refreshed for scrapes")
-	imageStore := flag.String("image-store", "", "local OCI image store for the containerDisk and kernelBoot images of launcher pods without image volumes (the local pod runner's)")
-
-	localPods := flag.Bool("local-pods", false, "run launcher pods bound to this node as processes (no kubelet)")
-	podsKubeconfig := flag.String("local-pods-kubeconfig", "", "kubeconfig of the node identity (system:node:NAME) the pod runner acts as")
-	launcherBin := flag.String("launcher-binary", "/usr/bin/virt-launcher", "virt-launcher run for launcher pods (local pods)")
-	podSubnet := flag.String("pod-subnet", "10.244.1.0/24", "this node's pod subnet (local pods)")
-	podBridge := flag.String("pod-bridge", "", "this node's pod bridge (local pods; default qv-<node>)")
-	stateDir := flag.String("state-dir", "/var/lib/qvirt/podrunner", "pod runner state (local pods)")
-	cniDir := flag.String("cni-plugin-dir", podrunner.DefaultCNIPluginDir, "CNI plugins (local pods)")
-	nodeIP := flag.String("node-ip", "127.0.0.1", "node InternalIP (local pods)")
 	flag.Parse()
 
 	log := klog.Background().WithName("virt-handler").WithValues("node", o.NodeName)
@@ -63,37 +48,6 @@ func main() {
 	}
 	o.REST, o.Log = rc, log
 	o.Network = &podnet.Plumber{Log: log.WithName("podnet")}
-	var store *images.Store
-	if *imageStore != "" {
-		if store, err = images.Open(*imageStore); err != nil {
-			fail(err, "image store")
-		}
-		o.Images = store
-	}
-	if *localPods {
-		prc, err := clientcmd.BuildConfigFromFlags("", *podsKubeconfig)
-		if err != nil {
-			fail(err, "pod runner kubeconfig")
-		}
-		kube, err := kubernetes.NewForConfig(prc)
-		if err != nil {
-			fail(err, "pod runner client")
-		}
-		bridge := *podBridge
-		if bridge == "" {
-			bridge = "qv-" + o.NodeName
-		}
-		runner, err := podrunner.New(podrunner.Options{
-			NodeName: o.NodeName, NodeIP: *nodeIP, Client: kube, LauncherBinary: *launcherBin, Images: store,
-			CNI:      podrunner.CNIOptions{PluginDir: *cniDir, Bridge: bridge, Subnet: *podSubnet},
-			StateDir: *stateDir, Log: log.WithName("podrunner"),
-		})
-		if err != nil {
-			fail(err, "pod runner")
-		}
-		o.Runnables = append(o.Runnables, manager.RunnableFunc(runner.Run))
-		o.NodeNetns = "/run/netns/" + podrunner.NodeNetns(o.NodeName)
-	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

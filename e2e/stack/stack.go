@@ -17,14 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/qvirt/qvirt/control/virtapi"
+	"github.com/qvirt/qvirt/internal/localcluster"
 	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
-	"github.com/qvirt/qvirt/internal/localmode"
 	"github.com/qvirt/qvirt/internal/pki"
 	"github.com/qvirt/qvirt/node/nodeapi/nodeapitest"
 )
 
 // Namespace is where qvirt's components and the KubeVirt CR live.
-const Namespace = localmode.Namespace
+const Namespace = localcluster.Namespace
 
 // Stack is a running control plane with virt-api.
 type Stack struct {
@@ -136,7 +136,7 @@ func (s *Stack) startVirtAPI(ctx context.Context, o Options) error {
 
 // register installs the virt-api Service, webhooks and APIService as local mode does.
 func (s *Stack) register(ctx context.Context) error {
-	return localmode.RegisterVirtAPI(ctx, s.Cluster.RESTConfig(), filepath.Join(s.Root, "deploy"), s.VirtAPI.(*net.TCPAddr).Port, s.CA.CertPEM())
+	return RegisterVirtAPI(ctx, s.Cluster.RESTConfig(), filepath.Join(s.Root, "deploy"), s.VirtAPI.(*net.TCPAddr).Port, s.CA.CertPEM())
 }
 
 // Stop ends virt-api and the cluster.

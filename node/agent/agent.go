@@ -34,7 +34,6 @@ import (
 	"github.com/qvirt/qvirt/control/config"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/handler"
-	"github.com/qvirt/qvirt/node/launcherspec"
 	vmimetrics "github.com/qvirt/qvirt/node/metrics"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
@@ -48,9 +47,7 @@ type Options struct {
 	NodeName  string
 	Namespace string // of the KubeVirt CR
 	VMDirRoot string
-	Images    launcherspec.ImageResolver
 	Network   handler.Network
-	NodeNetns string
 
 	// APIListen is where the node API listens; AdvertiseHost is the host virt-api dials.
 	APIListen     string
@@ -58,8 +55,6 @@ type Options struct {
 	// Serving certificate of the node API and the CA of virt-api's client certificate.
 	TLSCertFile, TLSKeyFile, ClientCAFile string
 
-	// Runnables run beside the controller (e.g. the local pod runner).
-	Runnables []manager.Runnable
 	// MetricsListen serves /metrics (kubevirt_vmi_* and the agent's own); "" disables it.
 	MetricsListen string
 	// StatsInterval is how often each VM's statistics are refreshed for scrapes.
@@ -112,7 +107,7 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 	h := handler.New(mgr.GetClient(), handler.Options{
-		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, Images: o.Images, Network: o.Network, NodeNetns: o.NodeNetns,
+		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, Network: o.Network,
 		UseEmulation: func() bool { return watcher.Current().UseEmulation },
 		Log:          log.WithName("handler"),
 	})
@@ -125,11 +120,6 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	crmetrics.Registry.MustRegister(vmimetrics.NewCollector(o.NodeName, h))
 	if err := mgr.Add(handler.StatsPoller{H: h, Interval: o.StatsInterval}); err != nil {
 		return nil, err
-	}
-	for _, r := range o.Runnables {
-		if err := mgr.Add(r); err != nil {
-			return nil, err
-		}
 	}
 
 	l, err := listenNodeAPI(o)
@@ -177,7 +167,7 @@ func listenNodeAPI(o Options) (net.Listener, error) {
 
 // advertise writes the node API endpoint on the Node so virt-api can find this agent, and marks
 // the node schedulable for VMs. The
-// Node may not exist yet (the local pod runner or kubelet registers it): keep trying.
+// Node may not exist yet (the kubelet registers it): keep trying.
 func (a *Agent) advertise(ctx context.Context, kube kubernetes.Interface, node string, log logr.Logger) {
 	// The label is what launcher pods select: a node is schedulable for VMs once its agent runs.
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{

@@ -87,8 +87,6 @@ func (b backend) PortForward(ctx context.Context, vmi nodeapi.VMI, port int, pro
 	switch {
 	case nic.GuestAddrInPod:
 		conn, err = dialInNetns(ctx, lc.netnsPath(), protocol, target)
-	case b.h.opts.NodeNetns != "":
-		conn, err = dialInNetns(ctx, b.h.opts.NodeNetns, protocol, target)
 	default:
 		var d net.Dialer
 		conn, err = d.DialContext(ctx, protocol, target)

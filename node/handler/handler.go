@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/node/launcherspec"
 )
 
 // Options configure a node agent.
@@ -22,13 +21,7 @@ type Options struct {
 	NodeName string
 	// VMDirRoot holds one directory per VMI (named by its UID), shared with the launchers.
 	VMDirRoot string
-	// Images serves launcher pods without image volumes (the stand-in pod runner's); the images
-	// of the others are read from the pod's own image volumes.
-	Images  launcherspec.ImageResolver
-	Network Network
-	// NodeNetns is the network namespace from which the node reaches pod IPs; empty means the
-	// node agent's own (as on a real cluster node).
-	NodeNetns string
+	Network   Network
 	// UseEmulation reports whether guests run under software emulation (KubeVirt CR).
 	UseEmulation func() bool
 	Log          logr.Logger

@@ -23,7 +23,7 @@ type launcherConn struct {
 	conn   *grpc.ClientConn
 	client launcherapi.LauncherClient
 	// pid of the launcher, from the socket's peer credentials: its network namespace is the
-	// pod's, wherever the pod runs (kubelet or the local pod runner).
+	// pod's, as the kubelet made it.
 	pid int
 }
 

@@ -38,8 +38,7 @@ type podImages struct {
 	mounts map[string]string
 }
 
-// hasImageVolumes tells a launcher pod rendered with image volumes from one of the stand-in pod
-// runner, whose images come from the node's image store.
+// hasImageVolumes tells whether a launcher pod mounts any image (containerDisk, kernelBoot).
 func hasImageVolumes(pod *corev1.Pod) bool {
 	for _, v := range pod.Spec.Volumes {
 		if v.Image != nil {
@@ -246,18 +245,18 @@ func openat2(dir int, p string, flags uint64, resolve uint64) (int, error) {
 	return -1, fmt.Errorf("%s: the lookup kept racing with renames: %w", p, unix.EAGAIN)
 }
 
-// imagesFor is where the VM's images come from: the launcher pod's image volumes, or, for a pod
-// without any (the stand-in pod runner's), the node's image store.
+// imagesFor is where the VM's images come from: the launcher pod's image volumes. Without any
+// (a VM booting from no image), nil: launcherspec then refuses every image with a clear error.
 func (h *Handler) imagesFor(ctx context.Context, vmi *v1.VirtualMachineInstance, lc *launcherConn) (launcherspec.ImageResolver, error) {
 	if !bootsFromImages(vmi) {
-		return h.opts.Images, nil
+		return nil, nil
 	}
 	pod, err := h.launcherPod(ctx, vmi)
 	if err != nil {
 		return nil, err
 	}
 	if !hasImageVolumes(pod) {
-		return h.opts.Images, nil
+		return nil, nil
 	}
 	return newPodImages(pod, lc.pid, "/proc"), nil
 }

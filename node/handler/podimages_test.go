@@ -243,27 +243,30 @@ func TestImagesForPicksTheLaunchersSource(t *testing.T) {
 		name    string
 		pods    []client.Object
 		noImage bool
-		want    string // "pod", "store" or "error"
+		want    string // "pod", "none" or "error"
 	}{
 		{"image volumes", []client.Object{pod("old", "node-1", corev1.PodFailed, false), pod("other-node", "node-2", corev1.PodRunning, false), pod("live", "node-1", corev1.PodRunning, true)}, false, "pod"},
-		{"stand-in pod", []client.Object{pod("live", "node-1", corev1.PodRunning, false)}, false, "store"},
+		{"pod without image volumes", []client.Object{pod("live", "node-1", corev1.PodRunning, false)}, false, "none"},
 		{"no pod yet", []client.Object{pod("other-node", "node-2", corev1.PodRunning, true)}, false, "error"},
-		{"no images to find", nil, true, "store"},
+		{"no images to find", nil, true, "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.pods...).Build()
-			h := New(c, Options{NodeName: "node-1", Images: storeImages{}})
+			h := New(c, Options{NodeName: "node-1"})
 			vmi := vmi.DeepCopy()
 			if tc.noImage {
 				vmi.Spec.Volumes = nil
 			}
 			r, err := h.imagesFor(context.Background(), vmi, lc)
 			got := "error"
-			switch r.(type) {
-			case *podImages:
-				got = "pod"
-			case storeImages:
-				got = "store"
+			switch {
+			case err != nil:
+			case r == nil:
+				got = "none"
+			default:
+				if _, ok := r.(*podImages); ok {
+					got = "pod"
+				}
 			}
 			if got != tc.want {
 				t.Errorf("got %s (%T, %v), want %s", got, r, err, tc.want)

@@ -53,11 +53,11 @@ type Env struct {
 	PVCPath func(claimName string) (string, error)
 }
 
-// noImages is the resolver of a node without an image store: every image is missing.
+// noImages is the resolver of a launcher pod that mounts no image: every image is missing.
 type noImages struct{}
 
 func (noImages) File(image, _ string) (string, error) {
-	return "", fmt.Errorf("%w: %s (this node has no image store for containerDisk and kernelBoot images)", ErrImageNotFound, image)
+	return "", fmt.Errorf("%w: %s (the launcher pod mounts no image volume for it)", ErrImageNotFound, image)
 }
 
 // Build converts vmi. Errors name the VMI field that could not be honoured.

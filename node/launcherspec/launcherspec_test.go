@@ -163,14 +163,14 @@ func TestBuildReadsFormatThroughTheResolver(t *testing.T) {
 	}
 }
 
-func TestBuildWithoutAnImageStore(t *testing.T) {
+func TestBuildWithoutImageVolumes(t *testing.T) {
 	mem := resource.MustParse("128Mi")
 	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{
 		Domain:  v1.DomainSpec{Memory: &v1.Memory{Guest: &mem}, Devices: v1.Devices{Disks: []v1.Disk{{Name: "root"}}}},
 		Volumes: []v1.Volume{{Name: "root", VolumeSource: v1.VolumeSource{ContainerDisk: &v1.ContainerDiskSource{Image: "quay.io/x/y:1"}}}},
 	}}
 	_, err := Build(vmi, Env{})
-	if err == nil || !strings.Contains(err.Error(), "no image store") {
+	if err == nil || !strings.Contains(err.Error(), "mounts no image volume") {
 		t.Fatalf("want a clear error, got %v", err)
 	}
 }

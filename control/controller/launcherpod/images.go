@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/utils/ptr"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
 )
@@ -62,32 +61,6 @@ func imageVolumes(vmi *virtv1.VirtualMachineInstance) ([]corev1.Volume, []corev1
 		add(KernelBootVolumeName, KernelBootMountPath, kb.Image, kb.ImagePullPolicy)
 	}
 	return vols, mounts
-}
-
-// imageContainers names every image the VM boots from as a container of the pod, as KubeVirt
-// does. They only hold files, which the node agent hands to the launcher, so they get no
-// resources of their own. Only the stand-in pod runner wants this (Options.ImageContainers).
-func imageContainers(vmi *virtv1.VirtualMachineInstance) []corev1.Container {
-	var out []corev1.Container
-	add := func(name, image string) {
-		out = append(out, corev1.Container{
-			Name:  name,
-			Image: image,
-			SecurityContext: &corev1.SecurityContext{
-				AllowPrivilegeEscalation: ptr.To(false),
-				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			},
-		})
-	}
-	for _, v := range vmi.Spec.Volumes {
-		if v.ContainerDisk != nil {
-			add("volume"+v.Name, v.ContainerDisk.Image)
-		}
-	}
-	if kb := kernelBootContainer(vmi); kb != nil {
-		add("kernel-boot", kb.Image)
-	}
-	return out
 }
 
 // imagePullSecrets are the secrets the VMI names for its images, each once, in spec order.

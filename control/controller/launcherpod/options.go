@@ -39,10 +39,6 @@ type Options struct {
 	QEMUOverhead resource.Quantity
 	// GuestOverheadPercent of guest memory is added to the overhead.
 	GuestOverheadPercent int64
-	// ImageContainers renders the images a VM boots from (containerDisk, kernelBoot) as extra
-	// containers, without the ephemeral-disks volume, instead of as image volumes. This is the
-	// mode of the stand-in pod runner (node/podrunner), which cannot serve image volumes.
-	ImageContainers bool
 }
 
 // DefaultOptions returns Options with every field at its default.

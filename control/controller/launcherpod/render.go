@@ -54,14 +54,10 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 		return nil, fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
 	}
 	grace := GracePeriodSeconds(vmi)
-	command := []string{LauncherBinary, "--dir", VMDirMountPath}
-	if !opts.ImageContainers {
-		command = append(command, "--ephemeral-dir", EphemeralDisksMountPath)
+	command := []string{LauncherBinary, "--dir", VMDirMountPath, "--ephemeral-dir", EphemeralDisksMountPath,
+		"--vmi", vmi.Namespace + "/" + vmi.Name,
+		"--stop-grace-period", strconv.FormatInt(grace, 10) + "s",
 	}
-	command = append(command,
-		"--vmi", vmi.Namespace+"/"+vmi.Name,
-		"--stop-grace-period", strconv.FormatInt(grace, 10)+"s",
-	)
 
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -113,10 +109,6 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 			EnableServiceLinks:           ptr.To(false),
 			ImagePullSecrets:             imagePullSecrets(vmi),
 		},
-	}
-	if opts.ImageContainers {
-		pod.Spec.Containers = append(pod.Spec.Containers, imageContainers(vmi)...)
-		return pod, nil
 	}
 	// The pod's own writable space, for the launcher's containerDisk overlays.
 	compute := &pod.Spec.Containers[0]

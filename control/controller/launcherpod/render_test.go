@@ -272,16 +272,6 @@ func TestRenderImageVolumesGolden(t *testing.T) {
 	golden(t, "launcher-image-volumes", pod)
 }
 
-func TestRenderImageContainersGolden(t *testing.T) {
-	opts := DefaultOptions()
-	opts.ImageContainers = true
-	pod, err := RenderLauncherPod(bootImagesVMI(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	golden(t, "launcher-image-containers", pod)
-}
-
 func TestImageVolumes(t *testing.T) {
 	vmi := bootImagesVMI()
 	pod, err := RenderLauncherPod(vmi, DefaultOptions())
@@ -367,38 +357,5 @@ func TestSafeNameKeepsNamesValidAndApart(t *testing.T) {
 	}
 	if got := safeName("rootdisk", maxLen, map[string]bool{}); got != "rootdisk" {
 		t.Errorf("a valid name was rewritten to %q", got)
-	}
-}
-
-func TestImageContainersNameEveryBootImage(t *testing.T) {
-	vmi := &virtv1.VirtualMachineInstance{}
-	vmi.Name, vmi.Namespace, vmi.UID = "vm", "default", "uid-1"
-	guest := resource.MustParse("128Mi")
-	vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: &guest}
-	vmi.Spec.Domain.Firmware = &virtv1.Firmware{KernelBoot: &virtv1.KernelBoot{Container: &virtv1.KernelBootContainer{Image: "localhost/qvirt/tiny-kernel:latest", KernelPath: "/boot/vmlinuz"}}}
-	vmi.Spec.Volumes = []virtv1.Volume{
-		{Name: "rootdisk", VolumeSource: virtv1.VolumeSource{ContainerDisk: &virtv1.ContainerDiskSource{Image: "localhost/qvirt/tiny-disk:latest"}}},
-		{Name: "ci", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{UserData: "#!/bin/sh"}}},
-	}
-	opts := DefaultOptions()
-	opts.ImageContainers = true
-	pod, err := RenderLauncherPod(vmi, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	images := map[string]string{}
-	for _, c := range pod.Spec.Containers {
-		images[c.Name] = c.Image
-	}
-	if len(images) != 3 || images["volumerootdisk"] != "localhost/qvirt/tiny-disk:latest" || images["kernel-boot"] != "localhost/qvirt/tiny-kernel:latest" {
-		t.Errorf("containers: %v", images)
-	}
-	if pod.Spec.Containers[0].Name != ComputeContainerName {
-		t.Errorf("compute must stay first: %s", pod.Spec.Containers[0].Name)
-	}
-	// The stand-in pod runner gets the pod it always got: the launcher keeps its overlays in the
-	// VM directory.
-	if len(pod.Spec.Volumes) != 1 || strings.Contains(strings.Join(pod.Spec.Containers[0].Command, " "), "--ephemeral-dir") {
-		t.Errorf("volumes %v, command %v", pod.Spec.Volumes, pod.Spec.Containers[0].Command)
 	}
 }

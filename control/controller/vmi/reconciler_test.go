@@ -89,7 +89,7 @@ func (f *fixture) pods() []corev1.Pod {
 	return l.Items
 }
 
-// setPod changes the launcher pod as kubelet (or the local pod runner) would.
+// setPod changes the launcher pod as the kubelet would.
 func (f *fixture) setPod(mutate func(*corev1.Pod)) {
 	f.t.Helper()
 	pods := f.pods()

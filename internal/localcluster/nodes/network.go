@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -46,9 +48,37 @@ func ensureBridge(nw Network) error {
 	return netlink.LinkSetUp(link)
 }
 
-// deleteBridge removes the host bridge; the nodes' host-side links and the host's routes to pod
-// subnets go with it.
+// deleteBridge removes the host bridge with the nodes' host-side links and the host's routes to pod
+// subnets. A node's network namespace lives on after its last process while the kernel still
+// closes its connections (orphaned sockets hold it), so the links first get a few seconds to go
+// with their namespaces; then they are deleted, which leaves such a namespace without a link.
 func deleteBridge(nw Network) error {
+	prefix := fmt.Sprintf("qvn%d-", nw.Index)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		var left []netlink.Link
+		for _, l := range links {
+			if strings.HasPrefix(l.Attrs().Name, prefix) {
+				left = append(left, l)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, l := range left {
+				if err := netlink.LinkDel(l); err != nil {
+					return fmt.Errorf("link %s: %w", l.Attrs().Name, err)
+				}
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	link, err := netlink.LinkByName(nw.Bridge())
 	if err != nil {
 		var nf netlink.LinkNotFoundError

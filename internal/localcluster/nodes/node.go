@@ -276,3 +276,9 @@ func isExitError(err error) bool {
 	var ee interface{ ExitCode() int }
 	return errors.As(err, &ee)
 }
+
+// NetnsPath is the node's network namespace, from which pod IPs are reached as the node reaches them.
+func (n *Node) NetnsPath() string { return fmt.Sprintf("/proc/%d/ns/net", n.holder.Pid()) }
+
+// CgroupRoot is the cgroup under every controller that holds the node's pods.
+func (n *Node) CgroupRoot() string { return n.cgroupRoot() }

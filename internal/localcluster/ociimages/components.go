@@ -37,8 +37,8 @@ func baseFiles() []File {
 }
 
 // Component is the image of bin/<name>: the binary at /usr/bin/<name> as the entrypoint, with the
-// libraries it needs when dynamically linked. virt-handler also gets busybox: its local pod runner
-// starts processes through /bin/sh.
+// libraries it needs when dynamically linked. virt-handler also gets busybox, so that `kubectl exec`
+// into the node agent finds a shell.
 func Component(binDir, name string) (v1.Image, error) {
 	base := baseFiles()
 	if name == "virt-handler" {

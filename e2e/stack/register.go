@@ -1,4 +1,4 @@
-package localmode
+package stack
 
 import (
 	"bytes"
@@ -18,9 +18,6 @@ import (
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"sigs.k8s.io/yaml"
 )
-
-// Namespace is where qvirt's components and the KubeVirt CR live.
-const Namespace = "kubevirt"
 
 // RegisterVirtAPI points the virt-api Service at a virt-api listening on loopback port (an
 // ExternalName service: the kube-apiserver refuses loopback endpoints, but resolves this one for

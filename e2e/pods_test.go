@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/internal/localcluster"
+)
+
+// podPids lists the processes of a pod, found in its cgroup on its node (the kubelet's
+// cgroupfs layout: <cgroupRoot>/kubepods[/<qos>]/pod<uid>/<container>).
+func podPids(c *localcluster.Cluster, pod *corev1.Pod) []int {
+	n := c.Nodes.Node(pod.Spec.NodeName)
+	if n == nil {
+		return nil
+	}
+	var pids []int
+	top := filepath.Join("/sys/fs/cgroup/pids", n.CgroupRoot())
+	_ = filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.Name() != "cgroup.procs" || !strings.Contains(path, "/pod"+string(pod.UID)+"/") {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return nil
+	})
+	return pids
+}
+
+// podNetns is a pod's network namespace, through one of its processes.
+func podNetns(t testing.TB, c *localcluster.Cluster, pod *corev1.Pod) string {
+	t.Helper()
+	pids := podPids(c, pod)
+	if len(pids) == 0 {
+		t.Fatalf("pod %s/%s has no process on %s", pod.Namespace, pod.Name, pod.Spec.NodeName)
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", pids[0])
+}
+
+// qemuPIDs finds the QEMU processes in a VMI's launcher pod.
+func qemuPIDs(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) []int {
+	t.Helper()
+	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for i := range pods.Items {
+		for _, pid := range podPids(c, &pods.Items[i]) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu-system") {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// handlerMetrics is the /metrics address of the virt-handler pod on node, reached over the pod network.
+func handlerMetrics(t testing.TB, c *localcluster.Cluster, node string) string {
+	t.Helper()
+	pod := handlerPod(t, c, node)
+	return pod.Status.PodIP + ":8443"
+}
+
+// handlerPod is the running virt-handler pod on node.
+func handlerPod(t testing.TB, c *localcluster.Cluster, node string) *corev1.Pod {
+	t.Helper()
+	pods, err := c.Kube.CoreV1().Pods(localcluster.Namespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: "kubevirt.io=virt-handler", FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+			return p
+		}
+	}
+	t.Fatalf("no running virt-handler pod on %s", node)
+	return nil
+}
+
+// waitNewHandler waits for the DaemonSet to replace the virt-handler pod old on node.
+func waitNewHandler(t testing.TB, c *localcluster.Cluster, node string, old types.UID) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pods, err := c.Kube.CoreV1().Pods(localcluster.Namespace).List(context.Background(),
+			metav1.ListOptions{LabelSelector: "kubevirt.io=virt-handler", FieldSelector: "spec.nodeName=" + node})
+		if err == nil {
+			for _, p := range pods.Items {
+				if p.UID != old && p.Status.Phase == corev1.PodRunning && podReady(&p) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new virt-handler pod on %s", node)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// vmProcesses is every process a VM adds to its node: the launcher pod's (pause, virt-launcher,
+// QEMU) and the containerd shim that runs them.
+func vmProcesses(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) []int {
+	t.Helper()
+	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for i := range pods.Items {
+		pids := podPids(c, &pods.Items[i])
+		out = append(out, pids...)
+		in := map[int]bool{}
+		for _, pid := range pids {
+			in[pid] = true
+		}
+		// The containers' first processes are the shim's children; one shim serves the pod.
+		for _, pid := range pids {
+			if shim := parentPid(pid); shim > 0 && !in[shim] {
+				out = append(out, shim)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// parentPid is the parent of pid (for a pod's sandbox process, its containerd shim).
+func parentPid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
+}
+
+// alive is the subset of pids still running.
+func alive(pids []int) []int {
+	var out []int
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
