@@ -134,7 +134,7 @@ launcher-run: apt guest build
 
 ## test: every test, with real QEMU under emulation. The end-to-end suite runs on its own
 ## afterwards: its guests share 2 cores with nothing else then.
-test: apt cni guest k8s build
+test: apt cni guest k8s nodes build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/e2e$$')
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./e2e/...
 
@@ -143,7 +143,7 @@ test-unit:
 
 ## bench: measurements printed as numbers (not assertions): launcher RSS and start latency, QMP
 ## round trip, webhook latency, controller scale, VMI start burst and per-VM overhead.
-bench: deps guest k8s build
+bench: deps guest k8s nodes build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./launcher/... ./qmp/... ./e2e/...
 
 vet:
