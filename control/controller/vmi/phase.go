@@ -56,6 +56,11 @@ func NextPhase(vmi *virtv1.VirtualMachineInstance, pod *corev1.Pod) (phase virtv
 			return virtv1.Failed, ReasonPodMissing
 		case pod.Status.Phase == corev1.PodFailed:
 			return virtv1.Failed, ReasonPodFailed
+		case pod.DeletionTimestamp != nil && !deleting:
+			// Someone deleted the launcher pod (not the VMI): its guest is being shut down
+			// without the VMI asking for it, which KubeVirt reports as a failure, so that
+			// runStrategy Always and RerunOnFailure start it again.
+			return virtv1.Failed, ReasonPodDeleted
 		}
 	}
 	return cur, ""

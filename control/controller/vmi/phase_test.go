@@ -97,6 +97,9 @@ func TestNextPhase(t *testing.T) {
 		{running, podReady, false, running, ""},
 		{running, noPod, false, failed, ReasonPodMissing},
 		{running, podFailed, false, failed, ReasonPodFailed},
+		{running, podTerminating, false, failed, ReasonPodDeleted},
+		{running, podTerminating, true, running, ""}, // the VMI's own deletion: the node agent reports the end
+		{scheduled, podTerminating, false, failed, ReasonPodDeleted},
 		{succeeded, noPod, false, succeeded, ""},
 		{failed, podFailed, true, failed, ""},
 		{virtv1.Unknown, noPod, false, virtv1.Unknown, ""},
