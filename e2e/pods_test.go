@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,28 +18,13 @@ import (
 	"github.com/qvirt/qvirt/internal/localcluster"
 )
 
-// podPids lists the processes of a pod, found in its cgroup on its node (the kubelet's
-// cgroupfs layout: <cgroupRoot>/kubepods[/<qos>]/pod<uid>/<container>).
+// podPids lists the processes of a pod, found in its cgroup on its node.
 func podPids(c *localcluster.Cluster, pod *corev1.Pod) []int {
 	n := c.Nodes.Node(pod.Spec.NodeName)
 	if n == nil {
 		return nil
 	}
-	var pids []int
-	top := filepath.Join("/sys/fs/cgroup/pids", n.CgroupRoot())
-	_ = filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.Name() != "cgroup.procs" || !strings.Contains(path, "/pod"+string(pod.UID)+"/") {
-			return nil
-		}
-		b, _ := os.ReadFile(path)
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				pids = append(pids, pid)
-			}
-		}
-		return nil
-	})
-	return pids
+	return n.PodPids(string(pod.UID))
 }
 
 // podNetns is a pod's network namespace, through one of its processes.

@@ -1,10 +1,8 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -17,6 +15,8 @@ import (
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"sigs.k8s.io/yaml"
+
+	"github.com/qvirt/qvirt/internal/localcluster"
 )
 
 // RegisterVirtAPI points the virt-api Service at a virt-api listening on loopback port (an
@@ -38,7 +38,7 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 	if _, err := kube.CoreV1().Services(Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("virt-api service: %w", err)
 	}
-	docs, err := yamlDocs(filepath.Join(deployDir, "webhooks.yaml"))
+	docs, err := localcluster.YAMLDocs(filepath.Join(deployDir, "webhooks.yaml"))
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 			}
 		}
 	}
-	asDocs, err := yamlDocs(filepath.Join(deployDir, "apiservice.yaml"))
+	asDocs, err := localcluster.YAMLDocs(filepath.Join(deployDir, "apiservice.yaml"))
 	if err != nil {
 		return err
 	}
@@ -106,18 +106,4 @@ func RegisterVirtAPI(ctx context.Context, cfg *rest.Config, deployDir string, po
 		}
 		return false, nil
 	})
-}
-
-func yamlDocs(path string) ([][]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var docs [][]byte
-	for _, d := range bytes.Split(b, []byte("\n---")) {
-		if len(bytes.TrimSpace(d)) > 0 {
-			docs = append(docs, d)
-		}
-	}
-	return docs, nil
 }

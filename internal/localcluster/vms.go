@@ -26,7 +26,7 @@ func (c *Cluster) ApplyAndWait(ctx context.Context, manifest string, timeout tim
 	if _, err := c.kubectl(ctx, "apply", "-f", manifest); err != nil {
 		return "", err
 	}
-	docs, err := yamlDocs(manifest)
+	docs, err := YAMLDocs(manifest)
 	if err != nil {
 		return "", err
 	}
@@ -108,7 +108,8 @@ func (c *Cluster) deleteVMs(ctx context.Context) error {
 	})
 }
 
-func yamlDocs(path string) ([][]byte, error) {
+// YAMLDocs splits a manifest file into its documents.
+func YAMLDocs(path string) ([][]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

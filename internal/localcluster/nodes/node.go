@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -282,3 +283,18 @@ func (n *Node) NetnsPath() string { return fmt.Sprintf("/proc/%d/ns/net", n.hold
 
 // CgroupRoot is the cgroup under every controller that holds the node's pods.
 func (n *Node) CgroupRoot() string { return n.cgroupRoot() }
+
+// PodPids lists the processes of a pod on this node, from its cgroup (the kubelet's cgroupfs layout:
+// <cgroupRoot>/kubepods[/<qos>]/pod<uid>/<container>).
+func (n *Node) PodPids(podUID string) []int {
+	var pids []int
+	top := filepath.Join(cgroupMount, "pids", n.cgroupRoot())
+	_ = filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "pod"+podUID {
+			pids = append(pids, cgroupPids(path)...)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return pids
+}

@@ -15,25 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/qvirt/qvirt/e2e/testenv"
 	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 	"github.com/qvirt/qvirt/internal/localcluster/nodes"
 	"github.com/qvirt/qvirt/internal/localcluster/ociimages"
 	"github.com/qvirt/qvirt/internal/localcluster/registry"
 )
-
-func repoRoot(t *testing.T) string {
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
 
 // env is a control plane, a registry and nodes on a bridge of their own.
 type env struct {
@@ -48,7 +35,7 @@ func start(t *testing.T, nw nodes.Network, names ...string) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: nodes run in network and mount namespaces of their own")
 	}
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	need := []string{"_tools/k8s/kube-apiserver", "_tools/k8s/kubelet", "_tools/node/containerd", "_tools/node/registry", "bin/qvirt-pause"}
 	for _, f := range need {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/qvirt/qvirt/e2e/testenv"
 )
 
 // allEntries merges the headers of every layer, upper ones winning.
@@ -163,7 +165,7 @@ func buildPause(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "qvirt-pause")
 	build := exec.Command("go", "build", "-ldflags", "-s -w", "-o", bin, "./hack/pause")
-	build.Dir = repoRoot(t)
+	build.Dir = testenv.RepoRoot(t)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build hack/pause: %v\n%s", err, out)

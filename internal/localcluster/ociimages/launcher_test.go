@@ -13,26 +13,9 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-)
 
-// repoRoot is the directory above the test's that holds go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
+	"github.com/qvirt/qvirt/e2e/testenv"
+)
 
 // imageSizes adds up the layers' compressed (as pushed) and uncompressed (as unpacked) sizes.
 func imageSizes(t *testing.T, img v1.Image) (compressed, uncompressed int64) {
@@ -90,7 +73,7 @@ func TestLauncherRunsQEMUFromTheImage(t *testing.T) {
 		t.Skip("QEMU is not installed (make apt)")
 	}
 	binDir := t.TempDir()
-	realLauncher := filepath.Join(repoRoot(t), "bin", "virt-launcher")
+	realLauncher := filepath.Join(testenv.RepoRoot(t), "bin", "virt-launcher")
 	if _, err := os.Stat(realLauncher); err == nil {
 		if err := os.Symlink(realLauncher, filepath.Join(binDir, "virt-launcher")); err != nil {
 			t.Fatal(err)

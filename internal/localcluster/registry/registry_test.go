@@ -16,27 +16,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
+	"github.com/qvirt/qvirt/e2e/testenv"
 	"github.com/qvirt/qvirt/internal/localcluster/ociimages"
 )
 
 // registryBinary is _tools/node/registry of the repository the test runs in.
 func registryBinary(t *testing.T) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-	bin := filepath.Join(dir, "_tools", "node", "registry")
+	bin := filepath.Join(testenv.RepoRoot(t), "_tools", "node", "registry")
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("%s is not built (make nodes): %v", bin, err)
 	}

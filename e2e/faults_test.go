@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+)
+
+// TestNodeRuntimeCrashKeepsGuests: kill -9 of a node's kubelet and containerd while a VM runs, then
+// both started again: the guest keeps running (its uptime grows, QEMU keeps its pid) and no pod
+// of the node restarts.
+func TestNodeRuntimeCrashKeepsGuests(t *testing.T) {
+	c := localStack(t)
+	node := e2eNodes[0]
+	startVM(t, c, vmManifest("steady", node, "masquerade"))
+	vmi := getVMI(t, c, "steady")
+	ws := stream(t, c, "virtualmachineinstances/steady/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 60*time.Second)
+	qemu := qemuPIDs(t, c, vmi)
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU processes of the VM: %v", qemu)
+	}
+	upBefore := uptime(t, ws, "before")
+
+	n := c.Nodes.Node(node)
+	for _, comp := range []string{"kubelet", "containerd"} {
+		if err := n.Kill(comp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	if syscall.Kill(qemu[0], 0) != nil {
+		t.Fatal("QEMU died with the kubelet and containerd")
+	}
+	for _, comp := range []string{"containerd", "kubelet"} {
+		if err := n.Start(comp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The kubelet is back once it reports the node Ready again after its restart.
+	restarted := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		nd, err := c.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cond := range nd.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue && cond.LastHeartbeatTime.After(restarted), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("node %s not Ready after the restart: %v", node, err)
+	}
+	pods, err := c.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodRunning {
+			t.Errorf("pod %s/%s is %s after the restart", p.Namespace, p.Name, p.Status.Phase)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount != 0 {
+				t.Errorf("pod %s/%s: container %s restarted %d times", p.Namespace, p.Name, cs.Name, cs.RestartCount)
+			}
+		}
+	}
+	if got := qemuPIDs(t, c, vmi); len(got) != 1 || got[0] != qemu[0] {
+		t.Fatalf("QEMU changed: %v -> %v", qemu, got)
+	}
+	// One console session per VMI: the first one goes before the second is opened.
+	ws.Close()
+	ws2 := stream(t, c, "virtualmachineinstances/steady/console")
+	send(t, ws2, "\n")
+	if upAfter := uptime(t, ws2, "after"); upAfter <= upBefore {
+		t.Errorf("the guest rebooted: uptime %.2f s after, %.2f s before", upAfter, upBefore)
+	} else {
+		t.Logf("guest uptime %.1f s before the crash, %.1f s after; QEMU pid %d kept", upBefore, upAfter, qemu[0])
+	}
+}
+
+// TestLauncherPodDeletion: deleting a running VM's launcher pod stops its guest; the VMI goes
+// Failed and the VM (runStrategy Always) starts a new VMI that runs.
+func TestLauncherPodDeletion(t *testing.T) {
+	c := localStack(t)
+	startVM(t, c, vmManifest("phoenix", e2eNodes[1], "masquerade"))
+	first := getVMI(t, c, "phoenix")
+	pod := launcherPod(t, c, first)
+	qemu := qemuPIDs(t, c, first)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := c.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sawFailed := false
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vmi := &v1.VirtualMachineInstance{}
+		if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: "phoenix"}, vmi); err != nil {
+			return false, nil
+		}
+		if vmi.UID == first.UID {
+			sawFailed = sawFailed || vmi.Status.Phase == v1.Failed
+			return false, nil
+		}
+		return vmi.Status.Phase == v1.Running, nil
+	})
+	if err != nil {
+		t.Fatalf("no new VMI Running after the launcher pod was deleted: %v", err)
+	}
+	if !sawFailed {
+		t.Error("the VMI of the deleted pod was never seen Failed")
+	}
+	if len(alive(qemu)) != 0 {
+		t.Errorf("the old QEMU %v still runs", qemu)
+	}
+	if second := getVMI(t, c, "phoenix"); second.UID == first.UID || second.UID == types.UID("") {
+		t.Errorf("VMI uid %s, first was %s", second.UID, first.UID)
+	}
+}
