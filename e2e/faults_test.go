@@ -47,24 +47,16 @@ func TestNodeRuntimeCrashKeepsGuests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The kubelet is back once it reports the node Ready again after its restart.
-	restarted := time.Now()
+	// The kubelet is back once it renews its node's lease again.
+	restarted := metav1.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		nd, err := c.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		for _, cond := range nd.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue && cond.LastHeartbeatTime.After(restarted), nil
-			}
-		}
-		return false, nil
+		lease, err := c.Kube.CoordinationV1().Leases("kube-node-lease").Get(ctx, node, metav1.GetOptions{})
+		return err == nil && lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(restarted.Time), nil
 	})
 	if err != nil {
-		t.Fatalf("node %s not Ready after the restart: %v", node, err)
+		t.Fatalf("the kubelet of %s did not renew its lease after the restart: %v", node, err)
 	}
 	pods, err := c.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
