@@ -85,19 +85,31 @@ func TestVMsOnNodes(t *testing.T) {
 			}
 		}
 		httpFromNetns(t, nodeNetns, "http://"+masqPod.Status.PodIP+":80/", "qvirt-guest")
-		time.Sleep(6 * time.Second) // one stats interval
-		second := scrape(t, addr)
-		for _, f := range []struct{ family, extra string }{
+		// The agent refreshes its statistics every --stats-interval (10 s in deploy/): wait for
+		// every family to move, up to a few intervals.
+		moving := []struct{ family, extra string }{
 			{"kubevirt_vmi_cpu_usage_seconds_total", ""},
 			{"kubevirt_vmi_vcpu_seconds_total", `state="running"`},
 			{"kubevirt_vmi_network_transmit_bytes_total", ""},
 			{"kubevirt_vmi_network_receive_bytes_total", ""},
-		} {
-			a, ok1 := sample(first, f.family, "web-masq", f.extra)
-			b, ok2 := sample(second, f.family, "web-masq", f.extra)
-			if !ok1 || !ok2 || b <= a {
-				t.Errorf("%s did not move: %v -> %v", f.family, a, b)
+		}
+		var second string
+		var stuck []string
+		for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(time.Second) {
+			second, stuck = scrape(t, addr), nil
+			for _, f := range moving {
+				a, ok1 := sample(first, f.family, "web-masq", f.extra)
+				b, ok2 := sample(second, f.family, "web-masq", f.extra)
+				if !ok1 || !ok2 || b <= a {
+					stuck = append(stuck, fmt.Sprintf("%s: %v -> %v", f.family, a, b))
+				}
 			}
+			if len(stuck) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		for _, s := range stuck {
+			t.Errorf("did not move: %s", s)
 		}
 		for _, family := range []string{"kubevirt_vmi_memory_resident_bytes", "kubevirt_vmi_memory_domain_bytes", "kubevirt_vmi_storage_read_traffic_bytes_total", "kubevirt_vmi_storage_iops_read_total"} {
 			if v, ok := sample(second, family, "web-masq", ""); !ok || v <= 0 {
