@@ -21,16 +21,7 @@ import (
 func TestNodeRuntimeCrashKeepsGuests(t *testing.T) {
 	c := localStack(t)
 	node := e2eNodes[0]
-	startVM(t, c, vmManifest("steady", node, "masquerade"))
-	vmi := getVMI(t, c, "steady")
-	ws := stream(t, c, "virtualmachineinstances/steady/console")
-	send(t, ws, "\n")
-	expect(t, ws, "qvirt# ", 60*time.Second)
-	qemu := qemuPIDs(t, c, vmi)
-	if len(qemu) != 1 {
-		t.Fatalf("QEMU processes of the VM: %v", qemu)
-	}
-	upBefore := uptime(t, ws, "before")
+	vmi, ws, qemu, upBefore := guestWithConsole(t, c, "steady", node)
 
 	n := c.Nodes.Node(node)
 	for _, comp := range []string{"kubelet", "containerd"} {

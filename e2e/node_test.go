@@ -127,16 +127,7 @@ func TestVMsOnNodes(t *testing.T) {
 func TestNodeAgentRestartKeepsGuests(t *testing.T) {
 	c := localStack(t)
 	node := e2eNodes[1]
-	startVM(t, c, vmManifest("survivor", node, "masquerade"))
-	vmi := getVMI(t, c, "survivor")
-	ws := stream(t, c, "virtualmachineinstances/survivor/console")
-	send(t, ws, "\n")
-	expect(t, ws, "qvirt# ", 60*time.Second)
-	qemu := qemuPIDs(t, c, vmi)
-	if len(qemu) != 1 {
-		t.Fatalf("QEMU processes of the VM: %v", qemu)
-	}
-	upBefore := uptime(t, ws, "before")
+	vmi, _, qemu, upBefore := guestWithConsole(t, c, "survivor", node)
 
 	old := handlerPod(t, c, node)
 	if err := c.Kube.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -152,4 +153,20 @@ func alive(pids []int) []int {
 		}
 	}
 	return out
+}
+
+// guestWithConsole starts a VM on node and returns its VMI, an open console at the shell prompt,
+// its one QEMU process and the guest's uptime.
+func guestWithConsole(t *testing.T, c *localcluster.Cluster, name, node string) (*v1.VirtualMachineInstance, *websocket.Conn, []int, float64) {
+	t.Helper()
+	startVM(t, c, vmManifest(name, node, "masquerade"))
+	vmi := getVMI(t, c, name)
+	ws := stream(t, c, "virtualmachineinstances/"+name+"/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 60*time.Second)
+	qemu := qemuPIDs(t, c, vmi)
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU processes of %s: %v", name, qemu)
+	}
+	return vmi, ws, qemu, uptime(t, ws, "before")
 }
