@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -114,4 +117,40 @@ func TestLauncherPodDeletion(t *testing.T) {
 	if second := getVMI(t, c, "phoenix"); second.UID == first.UID || second.UID == types.UID("") {
 		t.Errorf("VMI uid %s, first was %s", second.UID, first.UID)
 	}
+}
+
+// TestStartStrategyPaused: a VMI with startStrategy Paused runs paused until it is unpaused, then
+// its guest boots.
+func TestStartStrategyPaused(t *testing.T) {
+	c := localStack(t)
+	m := strings.Replace(vmManifest("sleeper", e2eNodes[1], "masquerade"), "      terminationGracePeriodSeconds:", "      startStrategy: Paused\n      terminationGracePeriodSeconds:", 1)
+	f := filepath.Join(t.TempDir(), "vm.yaml")
+	if err := os.WriteFile(f, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.K8s.Kubectl("apply", "-f", f).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpVM(t, c, "sleeper")
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	waitCondition(t, ctx, c, "sleeper", v1.VirtualMachineInstancePaused, corev1.ConditionTrue)
+	vmi := getVMI(t, c, "sleeper")
+	if vmi.Status.Phase != v1.Running {
+		t.Errorf("paused VMI phase %s, want Running", vmi.Status.Phase)
+	}
+	serial := filepath.Join(c.VMDir(vmi.Status.NodeName, string(vmi.UID)), "serial0.log")
+	time.Sleep(2 * time.Second)
+	if b, _ := os.ReadFile(serial); strings.Contains(string(b), "qvirt-guest: booted") {
+		t.Fatal("the guest booted while paused")
+	}
+	putSub(t, c, "virtualmachineinstances/sleeper/unpause")
+	waitCondition(t, ctx, c, "sleeper", v1.VirtualMachineInstancePaused, corev1.ConditionFalse)
+	ws := stream(t, c, "virtualmachineinstances/sleeper/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 90*time.Second)
 }

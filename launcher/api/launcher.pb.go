@@ -356,12 +356,15 @@ type VMSpec struct {
 	Accel       Accel  `protobuf:"varint,5,opt,name=accel,proto3,enum=qvirt.launcher.v1.Accel" json:"accel,omitempty"`
 	Cpu         *CPU   `protobuf:"bytes,6,opt,name=cpu,proto3" json:"cpu,omitempty"`
 	// Guest memory in bytes; a whole number of MiB.
-	MemoryBytes   uint64       `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	Firmware      *Firmware    `protobuf:"bytes,8,opt,name=firmware,proto3" json:"firmware,omitempty"`
-	Acpi          bool         `protobuf:"varint,9,opt,name=acpi,proto3" json:"acpi,omitempty"`
-	Disks         []*Disk      `protobuf:"bytes,10,rep,name=disks,proto3" json:"disks,omitempty"`
-	Interfaces    []*Interface `protobuf:"bytes,11,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
-	Devices       *Devices     `protobuf:"bytes,12,opt,name=devices,proto3" json:"devices,omitempty"`
+	MemoryBytes uint64       `protobuf:"varint,7,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Firmware    *Firmware    `protobuf:"bytes,8,opt,name=firmware,proto3" json:"firmware,omitempty"`
+	Acpi        bool         `protobuf:"varint,9,opt,name=acpi,proto3" json:"acpi,omitempty"`
+	Disks       []*Disk      `protobuf:"bytes,10,rep,name=disks,proto3" json:"disks,omitempty"`
+	Interfaces  []*Interface `protobuf:"bytes,11,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	Devices     *Devices     `protobuf:"bytes,12,opt,name=devices,proto3" json:"devices,omitempty"`
+	// The guest is left paused once QEMU is configured (KubeVirt's startStrategy: Paused); an
+	// unpause starts it.
+	StartPaused   bool `protobuf:"varint,13,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +481,13 @@ func (x *VMSpec) GetDevices() *Devices {
 		return x.Devices
 	}
 	return nil
+}
+
+func (x *VMSpec) GetStartPaused() bool {
+	if x != nil {
+		return x.StartPaused
+	}
+	return false
 }
 
 type CPU struct {
@@ -1946,7 +1956,7 @@ var File_launcher_proto protoreflect.FileDescriptor
 
 const file_launcher_proto_rawDesc = "" +
 	"\n" +
-	"\x0elauncher.proto\x12\x11qvirt.launcher.v1\"\xdc\x03\n" +
+	"\x0elauncher.proto\x12\x11qvirt.launcher.v1\"\xff\x03\n" +
 	"\x06VMSpec\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1962,7 +1972,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\n" +
 	"interfaces\x18\v \x03(\v2\x1c.qvirt.launcher.v1.InterfaceR\n" +
 	"interfaces\x124\n" +
-	"\adevices\x18\f \x01(\v2\x1a.qvirt.launcher.v1.DevicesR\adevices\"e\n" +
+	"\adevices\x18\f \x01(\v2\x1a.qvirt.launcher.v1.DevicesR\adevices\x12!\n" +
+	"\fstart_paused\x18\r \x01(\bR\vstartPaused\"e\n" +
 	"\x03CPU\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\rR\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\rR\x05cores\x12\x18\n" +

@@ -70,7 +70,12 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 		{"start-qemu", func(context.Context) error { return v.startQEMU(argv, taps) }},
 		{"connect-qmp", v.connectQMP},
 		{"configure", v.configure},
-		{"cont", func(ctx context.Context) error { return v.monitor().Cont(ctx) }},
+		{"cont", func(ctx context.Context) error {
+			if spec.StartPaused {
+				return nil
+			}
+			return v.monitor().Cont(ctx)
+		}},
 	}
 	for _, p := range phases {
 		t0 := time.Now()
@@ -88,6 +93,11 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 	v.mu.Lock()
 	v.status.StartedUnixNano = time.Now().UnixNano()
 	v.mu.Unlock()
+	if spec.StartPaused {
+		v.setState(launcherapi.State_STATE_PAUSED, "")
+		v.log.Info("VM started paused", "pid", v.Status().QemuPid)
+		return nil
+	}
 	v.setState(launcherapi.State_STATE_RUNNING, "")
 	v.log.Info("VM running", "pid", v.Status().QemuPid)
 	return nil

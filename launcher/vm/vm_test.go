@@ -353,3 +353,33 @@ func fileSum(t *testing.T, path string) [32]byte {
 	copy(s[:], h.Sum(nil))
 	return s
 }
+
+// TestStartPausedWaitsForUnpause: with start_paused (startStrategy: Paused) the guest does not run
+// until it is unpaused, and then boots.
+func TestStartPausedWaitsForUnpause(t *testing.T) {
+	testenv.RequireQEMU(t)
+	g := testenv.RequireGuest(t)
+	spec := guestSpec(g, "paused-start")
+	spec.StartPaused = true
+	v, con := startVM(t, spec, nil)
+	if st := v.Status(); st.State != launcherapi.State_STATE_PAUSED {
+		t.Fatalf("state after start %v, want paused", st.State)
+	}
+	ctx := within(t, 30*time.Second)
+	if s, err := v.QMPStatus(ctx); err != nil || s == "running" {
+		t.Fatalf("QMP status %q, %v: the guest runs", s, err)
+	}
+	time.Sleep(2 * time.Second)
+	if strings.Contains(con.Output(), testenv.MarkerBooted) {
+		t.Fatal("the guest booted before it was unpaused")
+	}
+	if err := v.Unpause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := con.WaitFor(within(t, 90*time.Second), testenv.MarkerBooted); err != nil {
+		t.Fatal(err)
+	}
+	if st := v.Status(); st.State != launcherapi.State_STATE_RUNNING {
+		t.Fatalf("state after unpause %v, want running", st.State)
+	}
+}

@@ -85,6 +85,7 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 	if env.UseEmulation {
 		out.Accel = launcherapi.Accel_ACCEL_TCG
 	}
+	out.StartPaused = spec.StartStrategy != nil && *spec.StartStrategy == v1.StartStrategyPaused
 	if c := dom.CPU; c != nil {
 		out.Cpu = &launcherapi.CPU{Sockets: c.Sockets, Cores: c.Cores, Threads: c.Threads, Model: c.Model}
 	}

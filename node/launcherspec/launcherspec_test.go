@@ -174,3 +174,17 @@ func TestBuildWithoutImageVolumes(t *testing.T) {
 		t.Fatalf("want a clear error, got %v", err)
 	}
 }
+
+func TestStartStrategyPausedStartsThePausedGuest(t *testing.T) {
+	mem := resource.MustParse("128Mi")
+	paused := v1.StartStrategyPaused
+	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &mem}}}}
+	spec, err := Build(vmi, Env{})
+	if err != nil || spec.StartPaused {
+		t.Fatalf("without a start strategy: start_paused %v, %v", spec.GetStartPaused(), err)
+	}
+	vmi.Spec.StartStrategy = &paused
+	if spec, err = Build(vmi, Env{}); err != nil || !spec.StartPaused {
+		t.Fatalf("startStrategy Paused: start_paused %v, %v", spec.GetStartPaused(), err)
+	}
+}
