@@ -1,6 +1,7 @@
 package nodes
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,15 +11,19 @@ import (
 	"time"
 )
 
-// holderMarker is the holder's $0: sweeps find a crashed run's holders by it.
+// holderMarker is the holder's $0, for a person reading ps.
 const holderMarker = "qvirt-node-holder"
+
+// nodeRunFS names the tmpfs of a node's private /run: a process whose mount table has it lives in
+// a node's mount namespace.
+const nodeRunFS = "qvirt-node-run"
 
 // holderScript runs as the node's first process, in new mount and network namespaces (unshare).
 // It gives the node a private /run, /var/lib and /var/log, binds the node's own directories where
 // the kubelet expects them, makes the mounts shared inside the node (as systemd does on a real one,
 // for mount propagation into pods), says it is ready, and then only holds the namespaces.
 const holderScript = `set -e
-mount -t tmpfs -o mode=0755 qvirt-node-run /run
+mount -t tmpfs -o mode=0755 ` + nodeRunFS + ` /run
 mount -t tmpfs -o mode=0755 qvirt-node-lib /var/lib
 mount -t tmpfs -o mode=0755 qvirt-node-log /var/log
 mkdir -p /run/qvirt /var/lib/kubelet /var/log/pods /var/log/containers
@@ -63,42 +68,28 @@ func (n *Node) nsenterArgs(binary string, args ...string) []string {
 	return append(out, args...)
 }
 
-// leftoverPids finds every process of an earlier run rooted at dir: the holders (by marker and
-// directory), everything in their mount namespaces (kubelet, containerd, kube-proxy, the shims),
-// and shims or daemons started from toolsDir with dir on their command line.
+// leftoverPids finds every process of a run rooted at dir: whatever lives in one of its nodes'
+// mount namespaces (holders, kubelet, containerd, kube-proxy, the shims: their mount table has the
+// node's private /run and binds from dir), and shims or daemons started from toolsDir with dir on
+// their command line. Containers have mount namespaces of their own; their cgroups find them.
 func leftoverPids(dir, toolsDir string) []int {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
-	mntNS := map[string]bool{}
-	type info struct {
-		pid     int
-		cmdline string
-		exe     string
-		mnt     string
-	}
-	var all []info
+	var out []int
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-		exe, _ := os.Readlink(filepath.Join(p, "exe"))
-		mnt, _ := os.Readlink(filepath.Join(p, "ns", "mnt"))
-		in := info{pid: pid, cmdline: strings.ReplaceAll(string(cmd), "\x00", " "), exe: exe, mnt: mnt}
-		all = append(all, in)
-		if strings.Contains(in.cmdline, holderMarker) && strings.Contains(in.cmdline, dir+"/") && mnt != "" {
-			mntNS[mnt] = true
+		if exe, _ := os.Readlink(filepath.Join(p, "exe")); strings.HasPrefix(exe, toolsDir+"/") {
+			cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+			if strings.Contains(string(cmd), dir+"/") {
+				out = append(out, pid)
+				continue
+			}
 		}
-	}
-	self, _ := os.Readlink("/proc/self/ns/mnt")
-	delete(mntNS, self)
-	var out []int
-	for _, in := range all {
-		switch {
-		case mntNS[in.mnt]:
-			out = append(out, in.pid)
-		case strings.HasPrefix(in.exe, toolsDir+"/") && strings.Contains(in.cmdline, dir+"/"):
-			out = append(out, in.pid)
+		if mounts, err := os.ReadFile(filepath.Join(p, "mountinfo")); err == nil &&
+			bytes.Contains(mounts, []byte(" "+nodeRunFS+" ")) && bytes.Contains(mounts, []byte(" "+dir+"/")) {
+			out = append(out, pid)
 		}
 	}
 	return out
