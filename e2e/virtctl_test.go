@@ -444,4 +444,10 @@ func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after stop something is left: processes %v of %v", alive(afterProcs), afterProcs)
 	}
+
+	// start --paused: the new VMI runs paused (its guest does not boot) until it is unpaused.
+	run("start", "--paused", vmName)
+	status("Paused")
+	run("unpause", "vm", vmName)
+	status("Running")
 }
