@@ -133,6 +133,7 @@ const ns = "/apis/subresources.kubevirt.io/v1/namespaces/default"
 func TestStartStopRestartFollowRunStrategy(t *testing.T) {
 	e := newEnv(t,
 		vm("halted", v1.RunStrategyHalted),
+		vm("haltedpaused", v1.RunStrategyHalted),
 		vm("always", v1.RunStrategyAlways), vmi("always", v1.Running),
 		vm("manual", v1.RunStrategyManual),
 		vm("manualrunning", v1.RunStrategyManual), vmi("manualrunning", v1.Running),
@@ -146,6 +147,7 @@ func TestStartStopRestartFollowRunStrategy(t *testing.T) {
 		{"/virtualmachines/halted/stop", "", 409, "VM is not running"},
 		{"/virtualmachines/halted/restart", "", 409, "Halted does not support manual restart requests"},
 		{"/virtualmachines/halted/start", "", 202, ""},
+		{"/virtualmachines/haltedpaused/start", `{"paused":true}`, 202, ""},
 		{"/virtualmachines/always/start", "{}", 409, "Always does not support manual start requests"},
 		{"/virtualmachines/manual/start", `{"paused":false}`, 202, ""},
 		{"/virtualmachines/manualrunning/start", "", 409, "VM is already running"},
@@ -178,6 +180,13 @@ func TestStartStopRestartFollowRunStrategy(t *testing.T) {
 	}
 	if rs := *get("halted").Spec.RunStrategy; rs != v1.RunStrategyAlways {
 		t.Errorf("halted start: runStrategy %s", rs)
+	}
+	// A paused start of a Halted VM only queues the request: the controller switches the VM to
+	// Always when it acts on it, so the VMI cannot start before the request is seen.
+	hp := get("haltedpaused")
+	if r := hp.Status.StateChangeRequests; *hp.Spec.RunStrategy != v1.RunStrategyHalted || len(r) != 1 || r[0].Action != v1.StartRequest ||
+		r[0].Data[v1.StartRequestDataPausedKey] != v1.StartRequestDataPausedTrue {
+		t.Errorf("paused start of a halted VM: runStrategy %s, requests %v", *hp.Spec.RunStrategy, r)
 	}
 	if rs := *get("once").Spec.RunStrategy; rs != v1.RunStrategyHalted {
 		t.Errorf("once stop: runStrategy %s", rs)

@@ -105,13 +105,13 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 			if vmRunning(vmi) {
 				return conflict("VM is already running")
 			}
-			if err := s.patchRunStrategy(ctx, vm, rs, v1.RunStrategyAlways, dry); err != nil {
-				return err
-			}
 			if o.Paused {
+				// The controller switches a Halted VM with a start request to Always itself and
+				// starts its VMI from that request, paused. Patching the run strategy first
+				// would let it start the VMI before it sees the request.
 				return s.addStateChangeRequests(ctx, vm, dry, v1.VirtualMachineStateChangeRequest{Action: v1.StartRequest, Data: data})
 			}
-			return nil
+			return s.patchRunStrategy(ctx, vm, rs, v1.RunStrategyAlways, dry)
 		case v1.RunStrategyManual, v1.RunStrategyRerunOnFailure:
 			if vmRunning(vmi) {
 				return conflict("VM is already running")
