@@ -38,13 +38,20 @@ func podNetns(t testing.TB, c *localcluster.Cluster, pod *corev1.Pod) string {
 	return fmt.Sprintf("/proc/%d/ns/net", pids[0])
 }
 
-// qemuPIDs finds the QEMU processes in a VMI's launcher pod.
-func qemuPIDs(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) []int {
+// launcherPods lists a VMI's launcher pods.
+func launcherPods(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) *corev1.PodList {
 	t.Helper()
 	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pods
+}
+
+// qemuPIDs finds the QEMU processes in a VMI's launcher pod.
+func qemuPIDs(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) []int {
+	t.Helper()
+	pods := launcherPods(t, c, vmi)
 	var out []int
 	for i := range pods.Items {
 		for _, pid := range podPids(c, &pods.Items[i]) {
@@ -106,10 +113,7 @@ func waitNewHandler(t testing.TB, c *localcluster.Cluster, node string, old type
 // QEMU) and the containerd shim that runs them.
 func vmProcesses(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) []int {
 	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pods := launcherPods(t, c, vmi)
 	var out []int
 	for i := range pods.Items {
 		pids := podPids(c, &pods.Items[i])
