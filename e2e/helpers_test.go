@@ -234,7 +234,6 @@ func sample(text, family, name, extra string) (float64, bool) {
 
 func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
 
-func sscanInt(s string, v *int) (int, error) { return fmt.Sscanf(s, "%d", v) }
 
 // dumpVM logs the tail of a VM's serial console and QEMU logs.
 func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,29 +207,6 @@ func putSub(t *testing.T, c *localcluster.Cluster, path string) {
 	if err != nil {
 		t.Fatalf("PUT %s: %v %s", path, err, out)
 	}
-}
-
-func processesWith(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		var pid int
-		if _, err := sscanInt(e.Name(), &pid); err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), s) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-func mounted(s string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	return strings.Contains(string(b), s)
 }
 
 func grepLines(text, prefix string) string {

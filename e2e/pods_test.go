@@ -55,7 +55,7 @@ func qemuPIDs(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInsta
 	var out []int
 	for i := range pods.Items {
 		for _, pid := range podPids(c, &pods.Items[i]) {
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.HasPrefix(string(comm), "qemu-system") {
+			if strings.HasPrefix(procComm(pid), "qemu-system") {
 				out = append(out, pid)
 			}
 		}

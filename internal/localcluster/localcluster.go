@@ -264,17 +264,6 @@ func (c *Cluster) Down(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Sweep removes what a local cluster in dir may have left when it was killed: the nodes'
-// processes, containers, cgroups and bridge, changed kernel settings, and any process still
-// running from dir. It is safe on a clean machine; `make down` ends with it.
-func Sweep(dir, toolsDir string, networkIndex int) error {
-	abs, _ := filepath.Abs(dir)
-	toolsAbs, _ := filepath.Abs(toolsDir)
-	errs := []error{nodes.Sweep(filepath.Join(abs, "nodes"), filepath.Join(toolsAbs, "node"), nodes.Network{Index: networkIndex})}
-	killProcessesUsing(abs)
-	return errors.Join(errs...)
-}
-
 func copyFile(from, to string) error {
 	b, err := os.ReadFile(from)
 	if err != nil {

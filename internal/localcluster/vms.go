@@ -5,10 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,20 +117,4 @@ func YAMLDocs(path string) ([][]byte, error) {
 		}
 	}
 	return docs, nil
-}
-
-// killProcessesUsing ends every process whose command line names a path under dir, other than
-// this one: what a killed run may have left running from its state directory.
-func killProcessesUsing(dir string) {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cmdline), dir+"/") {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
 }

@@ -60,10 +60,10 @@ func (n *Node) waitHolder(timeout time.Duration) error {
 	}
 }
 
-// nsenterArgs runs binary inside the node's namespaces (the holder's pid is filled in once it runs),
-// with PATH set for containerd's shim lookup.
+// nsenterArgs runs binary inside the running holder's namespaces, with PATH set for containerd's
+// shim lookup.
 func (n *Node) nsenterArgs(binary string, args ...string) []string {
-	out := []string{"--target", "0", "--mount", "--net", "--",
+	out := []string{"--target", strconv.Itoa(n.holder.Pid()), "--mount", "--net", "--",
 		"/usr/bin/env", "PATH=" + n.opts.ToolsDir + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", binary}
 	return append(out, args...)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
@@ -152,27 +151,4 @@ func wireNode(nw Network, i, pid int, peers []netip.Addr) error {
 		return fmt.Errorf("host route to %s: %w", nw.PodSubnet(i), err)
 	}
 	return nil
-}
-
-// sysctlPath is the file of a sysctl key such as kernel.panic.
-func sysctlPath(key string) string {
-	b := []byte(key)
-	for i := range b {
-		if b[i] == '.' {
-			b[i] = '/'
-		}
-	}
-	return "/proc/sys/" + string(b)
-}
-
-func readSysctl(key string) (string, error) {
-	b, err := os.ReadFile(sysctlPath(key))
-	return string(trimNewline(b)), err
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

@@ -62,9 +62,12 @@ type Node struct {
 	paths  paths
 	caFile string
 
-	spawner                             *proc.Spawner
-	holder, containerd, kubelet, kproxy *proc.Process
-	args                                map[string][]string
+	spawner *proc.Spawner
+	holder  *proc.Process
+	// commands are the node's components, binary first, as run inside its namespaces; procs
+	// the running ones, by the same names.
+	commands map[string][]string
+	procs    map[string]*proc.Process
 }
 
 // cgroupRoot is the kubelet's cgroupRoot: one per node, so two kubelets never manage each other's pods.
@@ -108,12 +111,13 @@ func (n *Node) prepare() error {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
 	k8s := n.opts.K8sBinDir
-	n.args = map[string][]string{
-		"containerd": n.nsenterArgs(filepath.Join(n.opts.ToolsDir, "containerd"), "--config", p.containerdConfig()),
-		"kubelet": n.nsenterArgs(filepath.Join(k8s, "kubelet"), "--config", p.kubeletConfig(), "--kubeconfig", kubeconfig,
-			"--hostname-override", n.Name, "--node-ip", n.IP.String(), "--cert-dir", p.pkiDir(), "--v", "1"),
-		"kube-proxy": n.nsenterArgs(filepath.Join(k8s, "kube-proxy"), "--config", p.proxyConfig(), "--v", "1"),
+	n.commands = map[string][]string{
+		"containerd": {filepath.Join(n.opts.ToolsDir, "containerd"), "--config", p.containerdConfig()},
+		"kubelet": {filepath.Join(k8s, "kubelet"), "--config", p.kubeletConfig(), "--kubeconfig", kubeconfig,
+			"--hostname-override", n.Name, "--node-ip", n.IP.String(), "--cert-dir", p.pkiDir(), "--v", "1"},
+		"kube-proxy": {filepath.Join(k8s, "kube-proxy"), "--config", p.proxyConfig(), "--v", "1"},
 	}
+	n.procs = map[string]*proc.Process{}
 	return nil
 }
 
@@ -127,61 +131,31 @@ func (n *Node) startHolder(peers []netip.Addr) error {
 	if err := n.waitHolder(10 * time.Second); err != nil {
 		return err
 	}
-	// nsenter arguments name the holder's pid, known only now.
-	if err := n.prepareArgsPid(); err != nil {
-		return err
-	}
 	return wireNode(n.opts.Network, n.Index, h.Pid(), peers)
-}
-
-func (n *Node) prepareArgsPid() error {
-	for name, args := range n.args {
-		if len(args) < 2 || args[0] != "--target" {
-			return fmt.Errorf("node %s: %s arguments malformed", n.Name, name)
-		}
-		args[1] = fmt.Sprint(n.holder.Pid())
-	}
-	return nil
 }
 
 // Start starts one of the node's components ("containerd", "kubelet", "kube-proxy"), e.g. again
 // after Kill.
 func (n *Node) Start(component string) error {
-	args, ok := n.args[component]
+	cmd, ok := n.commands[component]
 	if !ok {
 		return fmt.Errorf("node %s has no component %q", n.Name, component)
 	}
-	p, err := proc.StartProcess(n.spawner, n.Name+"-"+component, "/usr/bin/nsenter", filepath.Join(n.LogDir(), component+".log"), args)
+	p, err := proc.StartProcess(n.spawner, n.Name+"-"+component, "/usr/bin/nsenter", filepath.Join(n.LogDir(), component+".log"),
+		n.nsenterArgs(cmd[0], cmd[1:]...))
 	if err != nil {
 		return err
 	}
-	switch component {
-	case "containerd":
-		n.containerd = p
-		return n.waitContainerd(time.Minute)
-	case "kubelet":
-		n.kubelet = p
-	case "kube-proxy":
-		n.kproxy = p
-	}
-	return nil
-}
-
-func (n *Node) process(component string) *proc.Process {
-	switch component {
-	case "containerd":
-		return n.containerd
-	case "kubelet":
-		return n.kubelet
-	case "kube-proxy":
-		return n.kproxy
+	n.procs[component] = p
+	if component == "containerd" {
+		return n.waitContainerd(p, time.Minute)
 	}
 	return nil
 }
 
 // Kill ends a component with SIGKILL, as a crash would; its containers keep running.
 func (n *Node) Kill(component string) error {
-	p := n.process(component)
+	p := n.procs[component]
 	if p == nil {
 		return fmt.Errorf("node %s has no running %s", n.Name, component)
 	}
@@ -198,24 +172,24 @@ func (n *Node) Kill(component string) error {
 
 // Pid is a component's pid, 0 when it is not running.
 func (n *Node) Pid(component string) int {
-	if p := n.process(component); p != nil && p.Running() {
+	if p := n.procs[component]; p != nil && p.Running() {
 		return p.Pid()
 	}
 	return 0
 }
 
-func (n *Node) waitContainerd(timeout time.Duration) error {
+func (n *Node) waitContainerd(p *proc.Process, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if c, err := net.DialTimeout("unix", n.paths.containerdSocket(), time.Second); err == nil {
 			c.Close()
 			return nil
 		}
-		if !n.containerd.Running() {
-			return fmt.Errorf("node %s: containerd exited: %v (log %s)", n.Name, n.containerd.ExitError(), n.containerd.LogPath)
+		if !p.Running() {
+			return fmt.Errorf("node %s: containerd exited: %v (log %s)", n.Name, p.ExitError(), p.LogPath)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s: containerd not answering after %s (log %s)", n.Name, timeout, n.containerd.LogPath)
+			return fmt.Errorf("node %s: containerd not answering after %s (log %s)", n.Name, timeout, p.LogPath)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -238,7 +212,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 		} else {
 			last = err.Error()
 		}
-		for _, p := range []*proc.Process{n.containerd, n.kubelet} {
+		for _, p := range []*proc.Process{n.procs["containerd"], n.procs["kubelet"]} {
 			if p != nil && !p.Running() {
 				return fmt.Errorf("node %s: %s exited: %v (log %s)", n.Name, p.Name, p.ExitError(), p.LogPath)
 			}
@@ -255,7 +229,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 // cgroups (shims, containers, QEMU).
 func (n *Node) stop() error {
 	var errs []error
-	for _, p := range []*proc.Process{n.kproxy, n.kubelet, n.containerd} {
+	for _, p := range []*proc.Process{n.procs["kube-proxy"], n.procs["kubelet"], n.procs["containerd"]} {
 		if p != nil && p.Running() {
 			if err := p.Stop(5 * time.Second); err != nil && !isExitError(err) {
 				errs = append(errs, err)
@@ -280,9 +254,6 @@ func isExitError(err error) bool {
 
 // NetnsPath is the node's network namespace, from which pod IPs are reached as the node reaches them.
 func (n *Node) NetnsPath() string { return fmt.Sprintf("/proc/%d/ns/net", n.holder.Pid()) }
-
-// CgroupRoot is the cgroup under every controller that holds the node's pods.
-func (n *Node) CgroupRoot() string { return n.cgroupRoot() }
 
 // PodPids lists the processes of a pod on this node, from its cgroup (the kubelet's cgroupfs layout:
 // <cgroupRoot>/kubepods[/<qos>]/pod<uid>/<container>).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/qvirt/qvirt/internal/pki"
 )
@@ -62,4 +63,12 @@ func restoreSysctls(file string) error {
 		return errors.Join(errs...)
 	}
 	return os.Remove(file)
+}
+
+// sysctlPath is the file of a sysctl key such as kernel.panic.
+func sysctlPath(key string) string { return "/proc/sys/" + strings.ReplaceAll(key, ".", "/") }
+
+func readSysctl(key string) (string, error) {
+	b, err := os.ReadFile(sysctlPath(key))
+	return strings.TrimSpace(string(b)), err
 }
