@@ -29,7 +29,6 @@ func main() {
 	flag.StringVar(&o.NodeCAFile, "node-ca-file", "/etc/virt-api/node/ca.crt", "CA of the node agents' serving certificates")
 	flag.StringVar(&o.NodeClientCertFile, "node-client-cert-file", "/etc/virt-api/node/tls.crt", "client certificate presented to node agents")
 	flag.StringVar(&o.NodeClientKeyFile, "node-client-key-file", "/etc/virt-api/node/tls.key", "client key for node agents")
-	flag.StringVar(&o.NodeServerName, "node-server-name", "virt-handler.kubevirt.svc", "name in the node agents' serving certificates")
 	privUsers := flag.String("privileged-users", "", "comma-separated users allowed to edit VMI status (default: the components' service accounts)")
 	flag.Parse()
 

@@ -4,6 +4,7 @@ package main
 import (
 	"flag"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/qvirt/qvirt/control/controller"
 	"github.com/qvirt/qvirt/control/controller/launcherpod"
+	"github.com/qvirt/qvirt/internal/tlsfiles"
 )
 
 func main() {
@@ -29,6 +31,9 @@ func main() {
 	flag.Int64Var(&o.Pods.GuestOverheadPercent, "guest-memory-overhead-percent", launcherpod.DefaultGuestOverheadPercent, "share of guest memory added to each launcher pod's request")
 	flag.IntVar(&o.Migrations.PerCluster, "parallel-migrations-per-cluster", 5, "migrations running at once in the cluster")
 	flag.IntVar(&o.Migrations.OutboundPerNode, "parallel-outbound-migrations-per-node", 2, "migrations leaving one node at once")
+	nodeCACert := flag.String("node-ca-cert-file", "/etc/virt-controller/node-ca/tls.crt", `CA that signs node agents' serving certificates (reloaded when it changes); "" leaves them to another signer`)
+	nodeCAKey := flag.String("node-ca-key-file", "/etc/virt-controller/node-ca/tls.key", "key of that CA")
+	flag.DurationVar(&o.NodeCertLifetime, "node-cert-lifetime", 24*time.Hour, "longest lifetime of a node agent's serving certificate")
 	flag.Parse()
 	o.DisableLeaderElection = !*leaderElect
 
@@ -36,6 +41,14 @@ func main() {
 	ctrl.SetLogger(log)
 	o.Logger = log
 
+	if *nodeCACert != "" {
+		ca, err := tlsfiles.NewKeyPair(*nodeCACert, *nodeCAKey)
+		if err != nil {
+			log.Error(err, "Loading the node CA")
+			os.Exit(2)
+		}
+		o.NodeCA = ca.Certificate
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		log.Error(err, "Loading the kubeconfig")

@@ -26,9 +26,9 @@ type Authorizer interface {
 	Allowed(ctx context.Context, u User, verb, namespace, resource, subresource, name string) (bool, string, error)
 }
 
-// NodeResolver finds the node agent endpoint (https://host:port) for a node.
+// NodeResolver finds the node agent endpoint for a node.
 type NodeResolver interface {
-	Endpoint(ctx context.Context, nodeName string) (string, error)
+	Endpoint(ctx context.Context, nodeName string) (nodeapi.Endpoint, error)
 }
 
 // Options wire the server to the cluster.

@@ -40,9 +40,11 @@ func (a allowList) Allowed(_ context.Context, u User, verb, _, resource, sub, _ 
 	return a[u.Name+" "+verb+" "+resource+"/"+sub], "", nil
 }
 
-type staticNodes string
+type staticNodes nodeapi.Endpoint
 
-func (s staticNodes) Endpoint(context.Context, string) (string, error) { return string(s), nil }
+func (s staticNodes) Endpoint(context.Context, string) (nodeapi.Endpoint, error) {
+	return nodeapi.Endpoint(s), nil
+}
 
 type env struct {
 	url    string
@@ -89,7 +91,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 		NodeClient: node.Client,
 	})
 	kp, _ := tlsfiles.NewKeyPair(srvCert, srvKey)
-	l, err := tls.Listen("tcp", "127.0.0.1:0", tlsfiles.ServerConfig(kp, nil))
+	l, err := tls.Listen("tcp", "127.0.0.1:0", tlsfiles.ServerConfig(kp.GetCertificate, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,20 +16,20 @@ import (
 
 // runningVMI loads a VMI that must be Running and finds its node agent. A VMI that is not
 // running yet answers 400, which makes virtctl console retry while the VM boots.
-func (s *Server) runningVMI(ctx context.Context, ns, name string) (*v1.VirtualMachineInstance, string, error) {
+func (s *Server) runningVMI(ctx context.Context, ns, name string) (*v1.VirtualMachineInstance, nodeapi.Endpoint, error) {
 	vmi, err := s.getVMI(ctx, ns, name)
 	if err != nil {
-		return nil, "", err
+		return nil, nodeapi.Endpoint{}, err
 	}
 	if vmi == nil {
-		return nil, "", notFound(`virtualmachineinstance.kubevirt.io "%s" not found`, name)
+		return nil, nodeapi.Endpoint{}, notFound(`virtualmachineinstance.kubevirt.io "%s" not found`, name)
 	}
 	if vmi.Status.Phase != v1.Running {
-		return nil, "", badRequest("Unable to connect to VM because phase is %s instead of Running", phaseOr(vmi.Status.Phase))
+		return nil, nodeapi.Endpoint{}, badRequest("Unable to connect to VM because phase is %s instead of Running", phaseOr(vmi.Status.Phase))
 	}
 	ep, err := s.opts.Nodes.Endpoint(ctx, vmi.Status.NodeName)
 	if err != nil {
-		return nil, "", err
+		return nil, nodeapi.Endpoint{}, err
 	}
 	return vmi, ep, nil
 }
@@ -113,14 +113,14 @@ func (s *Server) guestAgent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {
-	s.relay(w, r, func(ctx context.Context, ep string, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	s.relay(w, r, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 		return s.opts.NodeClient.Console(ctx, ep, vmi)
 	})
 }
 
 func (s *Server) vnc(w http.ResponseWriter, r *http.Request) {
 	preserve, _ := strconv.ParseBool(r.URL.Query().Get("preserveSession"))
-	s.relay(w, r, func(ctx context.Context, ep string, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	s.relay(w, r, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 		return s.opts.NodeClient.VNC(ctx, ep, vmi, preserve)
 	})
 }
@@ -138,7 +138,7 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("protocol %q is neither tcp nor udp", proto))
 		return
 	}
-	s.relay(w, r, func(ctx context.Context, ep string, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	s.relay(w, r, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 		return s.opts.NodeClient.PortForward(ctx, ep, vmi, port, proto)
 	})
 }
@@ -152,7 +152,7 @@ var upgrader = websocket.Upgrader{
 
 // relay opens the node agent's stream before upgrading, so a VM that cannot be reached gets a
 // plain HTTP error (and virtctl's retry), then splices the two websockets.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, open func(context.Context, string, nodeapi.VMI) (io.ReadWriteCloser, error)) {
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, open func(context.Context, nodeapi.Endpoint, nodeapi.VMI) (io.ReadWriteCloser, error)) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	_, ep, err := s.runningVMI(r.Context(), ns, name)
 	if err != nil {

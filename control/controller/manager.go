@@ -5,13 +5,16 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/go-logr/logr"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -29,8 +32,10 @@ import (
 	"github.com/qvirt/qvirt/control/controller/launcherpod"
 	"github.com/qvirt/qvirt/control/controller/metrics"
 	"github.com/qvirt/qvirt/control/controller/migration"
+	"github.com/qvirt/qvirt/control/controller/nodecerts"
 	"github.com/qvirt/qvirt/control/controller/vm"
 	"github.com/qvirt/qvirt/control/controller/vmi"
+	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
 // LeaseName is the leader election lease in the install namespace.
@@ -64,6 +69,11 @@ type Options struct {
 	// unset (50 and 100).
 	QPS   float32
 	Burst int
+	// NodeCA signs node agents' serving certificates (certificate and key, re-read per request);
+	// nil leaves such requests to another signer.
+	NodeCA func() (*tls.Certificate, error)
+	// NodeCertLifetime caps those certificates' lifetime (24 h).
+	NodeCertLifetime time.Duration
 	// Logger is the root logger; controller-runtime's global one when unset.
 	Logger logr.Logger
 }
@@ -130,6 +140,8 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			// Only launcher pods matter; caching every pod would cost memory in
 			// a large cluster.
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue})},
+			// Only the requests this controller signs.
+			&certificatesv1.CertificateSigningRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", nodeapi.SignerName)},
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure},
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
@@ -182,6 +194,13 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	migR := &migration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Pods: opts.Pods, Limits: opts.Migrations}
 	if err := migR.SetupWithManager(context.Background(), mgr); err != nil {
 		return nil, fmt.Errorf("migration controller: %w", err)
+	}
+	if opts.NodeCA != nil {
+		certs := &nodecerts.Reconciler{Client: mgr.GetClient(), CA: opts.NodeCA,
+			HandlerUser: nodecerts.HandlerUser(opts.Namespace), MaxLifetime: opts.NodeCertLifetime}
+		if err := certs.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("node certificate signer: %w", err)
+		}
 	}
 	return mgr, nil
 }

@@ -40,7 +40,6 @@ type Options struct {
 	RequestHeaderAllowedNames []string
 
 	NodeCAFile, NodeClientCertFile, NodeClientKeyFile string
-	NodeServerName                                    string
 
 	// Privileged users and groups may edit VMI status and reserved labels (the components).
 	PrivilegedUsers, PrivilegedGroups []string
@@ -103,7 +102,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		return fmt.Errorf("node agent client certificate: %w", err)
 	}
 	nodeClient := nodeapi.NewClient(func() (*tls.Config, error) {
-		return tlsfiles.ClientConfig(nodeCert, nodeCA, o.NodeServerName)
+		return tlsfiles.ClientConfig(nodeCert, nodeCA, "")
 	})
 
 	sub := api.NewServer(api.Options{
@@ -132,7 +131,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 	if err != nil {
 		return err
 	}
-	l := tls.NewListener(raw, tlsfiles.ServerConfig(serving, nil))
+	l := tls.NewListener(raw, tlsfiles.ServerConfig(serving.GetCertificate, nil))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
 	go func() {
 		<-ctx.Done()

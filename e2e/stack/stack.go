@@ -124,7 +124,7 @@ func (s *Stack) startVirtAPI(ctx context.Context, o Options) error {
 		REST: s.Cluster.RESTConfig(), Namespace: Namespace, Listen: "127.0.0.1:0",
 		TLSCertFile: certFile, TLSKeyFile: keyFile,
 		RequestHeaderCAFile: s.Cluster.FrontProxyCA(), RequestHeaderAllowedNames: []string{"front-proxy-client"},
-		NodeCAFile: nodeCA, NodeClientCertFile: nodeCert, NodeClientKeyFile: nodeKey, NodeServerName: nodeapitest.ServerName,
+		NodeCAFile: nodeCA, NodeClientCertFile: nodeCert, NodeClientKeyFile: nodeKey,
 		Log: o.Log.WithName("virt-api"),
 	})
 	if err != nil {

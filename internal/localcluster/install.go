@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/qvirt/qvirt/internal/pki"
+	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
 // kubectl runs kubectl as admin against the cluster.
@@ -86,11 +87,17 @@ func (c *Cluster) createCertificates(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nodeClient, err := c.CA.Sign(pki.Request{CommonName: "virt-api", Client: true})
+	nodeClient, err := c.CA.Sign(pki.Request{CommonName: nodeapi.DefaultClientIdentity, Client: true})
 	if err != nil {
 		return err
 	}
-	handlerServing, err := c.CA.Sign(pki.Request{CommonName: "virt-handler", Server: true, DNSNames: []string{"virt-handler.kubevirt.svc"}})
+	// The node CA signs only node agents' serving certificates (virt-controller holds its key),
+	// so it is not the CA that signs the webhooks' and virt-api's certificates.
+	nodeCA, err := pki.NewCA("qvirt-node-ca", 7*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	nodeCAKey, err := nodeCA.KeyPEM()
 	if err != nil {
 		return err
 	}
@@ -100,8 +107,9 @@ func (c *Cluster) createCertificates(ctx context.Context) error {
 	}
 	secrets := map[string]map[string][]byte{
 		"kubevirt-virt-api-certs":       {"tls.crt": apiServing.CertPEM, "tls.key": apiServing.KeyPEM},
-		"kubevirt-virt-api-node-client": {"tls.crt": nodeClient.CertPEM, "tls.key": nodeClient.KeyPEM, "ca.crt": ca},
-		"kubevirt-virt-handler-certs":   {"tls.crt": handlerServing.CertPEM, "tls.key": handlerServing.KeyPEM, "ca.crt": ca},
+		"kubevirt-virt-api-node-client": {"tls.crt": nodeClient.CertPEM, "tls.key": nodeClient.KeyPEM, "ca.crt": nodeCA.CertPEM()},
+		"kubevirt-virt-handler-certs":   {"ca.crt": ca},
+		"kubevirt-node-ca":              {"tls.crt": nodeCA.CertPEM(), "tls.key": nodeCAKey},
 	}
 	for name, data := range secrets {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace}, Type: corev1.SecretTypeOpaque, Data: data}

@@ -135,10 +135,11 @@ func (p *CAPool) Pool() (*x509.CertPool, error) {
 	return p.pool, nil
 }
 
-// ServerConfig is a TLS server config whose certificate follows the files. With clientCAs set,
-// clients must present a certificate signed by one of them (mutual TLS).
-func ServerConfig(kp *KeyPair, clientCAs *CAPool) *tls.Config {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: kp.GetCertificate}
+// ServerConfig is a TLS server config serving getCert's certificate (KeyPair.GetCertificate
+// follows the files). With clientCAs set, clients must present a certificate signed by one of
+// them (mutual TLS).
+func ServerConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), clientCAs *CAPool) *tls.Config {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert}
 	if clientCAs == nil {
 		// Clients may still present a certificate; the handler verifies it (aggregation layer).
 		cfg.ClientAuth = tls.RequestClientCert

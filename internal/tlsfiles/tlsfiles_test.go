@@ -29,7 +29,7 @@ func TestServerPicksUpReplacedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serve(t, ServerConfig(kp, nil), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv := serve(t, ServerConfig(kp.GetCertificate, nil), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
@@ -75,7 +75,7 @@ func TestMutualTLSRequiresClientCert(t *testing.T) {
 	}
 	skp, _ := NewKeyPair(dir+"/srv.crt", dir+"/srv.key")
 	cas, _ := NewCAPool(dir + "/ca.crt")
-	srv := serve(t, ServerConfig(skp, cas), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := serve(t, ServerConfig(skp.GetCertificate, cas), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(r.TLS.PeerCertificates[0].Subject.CommonName))
 	}))
 

@@ -36,6 +36,7 @@ import (
 	"github.com/qvirt/qvirt/node/handler"
 	vmimetrics "github.com/qvirt/qvirt/node/metrics"
 	"github.com/qvirt/qvirt/node/nodeapi"
+	"github.com/qvirt/qvirt/node/servingcert"
 )
 
 // schedulableLabel marks nodes whose node agent runs, as KubeVirt's virt-handler does.
@@ -52,8 +53,13 @@ type Options struct {
 	// APIListen is where the node API listens; AdvertiseHost is the host virt-api dials.
 	APIListen     string
 	AdvertiseHost string
-	// Serving certificate of the node API and the CA of virt-api's client certificate.
-	TLSCertFile, TLSKeyFile, ClientCAFile string
+	// Serving certificate of the node API: from files, or when TLSCertFile is empty, issued
+	// for this node through the certificates.k8s.io API (signer nodeapi.SignerName).
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile is the CA of virt-api's client certificate; ClientIdentities are the common
+	// names accepted (nodeapi.DefaultClientIdentity).
+	ClientCAFile     string
+	ClientIdentities []string
 
 	// MetricsListen serves /metrics (kubevirt_vmi_* and the agent's own); "" disables it.
 	MetricsListen string
@@ -122,7 +128,11 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 
-	l, err := listenNodeAPI(o)
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	l, err := listenNodeAPI(ctx, o, kube, log)
 	if err != nil {
 		return nil, err
 	}
@@ -141,10 +151,6 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	}()
 	go func() { a.errc <- mgr.Start(ctx) }()
 
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
 	go a.advertise(ctx, kube, o.NodeName, log)
 	log.Info("node agent started", "nodeAPI", a.endpoint)
 	return a, nil
@@ -153,8 +159,10 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 // Done reports the first fatal error (or nil after a clean stop).
 func (a *Agent) Done() <-chan error { return a.errc }
 
-func listenNodeAPI(o Options) (net.Listener, error) {
-	kp, err := tlsfiles.NewKeyPair(o.TLSCertFile, o.TLSKeyFile)
+// listenNodeAPI serves mutual TLS to virt-api only: its client certificate's CA and name are
+// both checked.
+func listenNodeAPI(ctx context.Context, o Options, kube kubernetes.Interface, log logr.Logger) (net.Listener, error) {
+	getCert, err := servingCertificate(ctx, o, kube, log)
 	if err != nil {
 		return nil, fmt.Errorf("node API serving certificate: %w", err)
 	}
@@ -162,7 +170,29 @@ func listenNodeAPI(o Options) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node API client CA: %w", err)
 	}
-	return tls.Listen("tcp", o.APIListen, tlsfiles.ServerConfig(kp, cas))
+	ids := o.ClientIdentities
+	if len(ids) == 0 {
+		ids = []string{nodeapi.DefaultClientIdentity}
+	}
+	cfg := tlsfiles.ServerConfig(getCert, cas)
+	cfg.VerifyConnection = nodeapi.RequireClientIdentity(ids...)
+	return tls.Listen("tcp", o.APIListen, cfg)
+}
+
+func servingCertificate(ctx context.Context, o Options, kube kubernetes.Interface, log logr.Logger) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	if o.TLSCertFile != "" {
+		kp, err := tlsfiles.NewKeyPair(o.TLSCertFile, o.TLSKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		return kp.GetCertificate, nil
+	}
+	log.Info("requesting the node API serving certificate", "signer", nodeapi.SignerName)
+	src, err := servingcert.Start(ctx, servingcert.Options{Kube: kube, NodeName: o.NodeName})
+	if err != nil {
+		return nil, err
+	}
+	return src.GetCertificate, nil
 }
 
 // advertise writes the node API endpoint on the Node so virt-api can find this agent, and marks

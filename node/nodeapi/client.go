@@ -25,35 +25,50 @@ func NewClient(tlsConfig func() (*tls.Config, error)) *Client {
 	return &Client{tlsConfig: tlsConfig}
 }
 
-func (c *Client) httpClient() (*http.Client, error) {
+// target checks ep and returns its base URL and the TLS config that verifies the agent's
+// certificate is issued for ep's node.
+func (c *Client) target(ep Endpoint) (string, *tls.Config, error) {
+	u, err := ParseEndpoint(ep.URL)
+	if err != nil {
+		return "", nil, err
+	}
+	if ep.Node == "" {
+		return "", nil, fmt.Errorf("node agent endpoint %s: no node name to verify its certificate against", ep.URL)
+	}
 	cfg, err := c.tlsConfig()
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}, nil
+	cfg = cfg.Clone()
+	cfg.ServerName = ServerName(ep.Node)
+	return u.String(), cfg, nil
 }
 
-// Command sends cmd to the VMI on the node agent at endpoint (https://host:port).
-func (c *Client) Command(ctx context.Context, endpoint string, vmi VMI, cmd Command) error {
-	_, err := c.do(ctx, http.MethodPut, endpoint+vmiPath(vmi, string(cmd)))
+func httpClient(cfg *tls.Config) *http.Client {
+	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+}
+
+// Command sends cmd to the VMI on the node agent at ep.
+func (c *Client) Command(ctx context.Context, ep Endpoint, vmi VMI, cmd Command) error {
+	_, err := c.do(ctx, http.MethodPut, ep, vmiPath(vmi, string(cmd)))
 	return err
 }
 
 // Screenshot returns a PNG of the VMI's display.
-func (c *Client) Screenshot(ctx context.Context, endpoint string, vmi VMI) ([]byte, error) {
-	return c.do(ctx, http.MethodGet, endpoint+vmiPath(vmi, "screenshot"))
+func (c *Client) Screenshot(ctx context.Context, ep Endpoint, vmi VMI) ([]byte, error) {
+	return c.do(ctx, http.MethodGet, ep, vmiPath(vmi, "screenshot"))
 }
 
-func (c *Client) do(ctx context.Context, method, u string) ([]byte, error) {
-	hc, err := c.httpClient()
+func (c *Client) do(ctx context.Context, method string, ep Endpoint, path string) ([]byte, error) {
+	base, cfg, err := c.target(ep)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := hc.Do(req)
+	resp, err := httpClient(cfg).Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: node agent: %v", ErrUnavailable, err)
 	}
@@ -69,26 +84,26 @@ func (c *Client) do(ctx context.Context, method, u string) ([]byte, error) {
 }
 
 // Console opens the VMI's serial console.
-func (c *Client) Console(ctx context.Context, endpoint string, vmi VMI) (io.ReadWriteCloser, error) {
-	return c.dial(ctx, endpoint+vmiPath(vmi, "console"))
+func (c *Client) Console(ctx context.Context, ep Endpoint, vmi VMI) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, ep, vmiPath(vmi, "console"))
 }
 
 // VNC opens the VMI's VNC display.
-func (c *Client) VNC(ctx context.Context, endpoint string, vmi VMI, preserveSession bool) (io.ReadWriteCloser, error) {
-	return c.dial(ctx, endpoint+vmiPath(vmi, "vnc")+fmt.Sprintf("?preserveSession=%t", preserveSession))
+func (c *Client) VNC(ctx context.Context, ep Endpoint, vmi VMI, preserveSession bool) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, ep, vmiPath(vmi, "vnc")+fmt.Sprintf("?preserveSession=%t", preserveSession))
 }
 
 // PortForward opens a connection to port of the VMI's guest.
-func (c *Client) PortForward(ctx context.Context, endpoint string, vmi VMI, port int, protocol string) (io.ReadWriteCloser, error) {
-	return c.dial(ctx, endpoint+vmiPath(vmi, fmt.Sprintf("portforward/%d/%s", port, protocol)))
+func (c *Client) PortForward(ctx context.Context, ep Endpoint, vmi VMI, port int, protocol string) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, ep, vmiPath(vmi, fmt.Sprintf("portforward/%d/%s", port, protocol)))
 }
 
-func (c *Client) dial(ctx context.Context, u string) (io.ReadWriteCloser, error) {
-	cfg, err := c.tlsConfig()
+func (c *Client) dial(ctx context.Context, ep Endpoint, path string) (io.ReadWriteCloser, error) {
+	base, cfg, err := c.target(ep)
 	if err != nil {
 		return nil, err
 	}
-	wsURL, err := url.Parse(u)
+	wsURL, err := url.Parse(base + path)
 	if err != nil {
 		return nil, err
 	}

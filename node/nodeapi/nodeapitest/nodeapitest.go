@@ -147,14 +147,16 @@ func (f *Fake) Command(_ context.Context, vmi nodeapi.VMI, cmd nodeapi.Command) 
 
 // Env is a node API server with its PKI.
 type Env struct {
-	Endpoint string
+	Endpoint nodeapi.Endpoint
 	Client   *nodeapi.Client
 	// Files a virt-api would be configured with.
 	CAFile, ClientCertFile, ClientKeyFile string
+	// CA signed both sides' certificates.
+	CA *pki.CA
 }
 
-// ServerName is the name in the node agent's serving certificate.
-const ServerName = "virt-handler.kubevirt.svc"
+// NodeName is the node the server's certificate is issued for.
+const NodeName = "node-1"
 
 // Start serves backend over mutual TLS on loopback.
 func Start(t testing.TB, backend nodeapi.Backend) *Env {
@@ -164,8 +166,8 @@ func Start(t testing.TB, backend nodeapi.Backend) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, _ := ca.Sign(pki.Request{CommonName: "virt-handler", DNSNames: []string{ServerName}, Server: true})
-	cli, _ := ca.Sign(pki.Request{CommonName: "virt-api", Client: true})
+	srv, _ := ca.Sign(pki.Request{CommonName: "virt-handler", DNSNames: []string{nodeapi.ServerName(NodeName)}, Server: true})
+	cli, _ := ca.Sign(pki.Request{CommonName: nodeapi.DefaultClientIdentity, Client: true})
 	srvCert, srvKey, err := srv.Write(dir, "handler")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +188,9 @@ func Start(t testing.TB, backend nodeapi.Backend) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := tls.Listen("tcp", "127.0.0.1:0", tlsfiles.ServerConfig(skp, pool))
+	cfg := tlsfiles.ServerConfig(skp.GetCertificate, pool)
+	cfg.VerifyConnection = nodeapi.RequireClientIdentity(nodeapi.DefaultClientIdentity)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +202,7 @@ func Start(t testing.TB, backend nodeapi.Backend) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := nodeapi.NewClient(func() (*tls.Config, error) { return tlsfiles.ClientConfig(ckp, pool, ServerName) })
-	return &Env{Endpoint: "https://" + l.Addr().String(), Client: client, CAFile: caFile, ClientCertFile: cliCert, ClientKeyFile: cliKey}
+	client := nodeapi.NewClient(func() (*tls.Config, error) { return tlsfiles.ClientConfig(ckp, pool, "") })
+	return &Env{Endpoint: nodeapi.Endpoint{URL: "https://" + l.Addr().String(), Node: NodeName}, Client: client,
+		CAFile: caFile, ClientCertFile: cliCert, ClientKeyFile: cliKey, CA: ca}
 }
