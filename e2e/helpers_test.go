@@ -234,7 +234,6 @@ func sample(text, family, name, extra string) (float64, bool) {
 
 func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
 
-
 // dumpVM logs the tail of a VM's serial console and QEMU logs.
 func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {
 	vmi := &v1.VirtualMachineInstance{}
