@@ -23,6 +23,7 @@ func main() {
 	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name")
 	flag.StringVar(&o.Namespace, "namespace", "kubevirt", "namespace of the KubeVirt CR")
 	flag.StringVar(&o.VMDirRoot, "vm-dir-root", "/var/run/qvirt/vms", "host directory holding one directory per VMI, shared with the launchers")
+	flag.IntVar(&o.LauncherUID, "launcher-uid", 0, "uid virt-launcher runs as, which must own the sockets in a VM's directory")
 	flag.StringVar(&o.APIListen, "listen", ":8186", "address of the node API (mutual TLS, for virt-api)")
 	flag.StringVar(&o.AdvertiseHost, "advertise-host", os.Getenv("POD_IP"), "host virt-api uses to reach the node API")
 	flag.StringVar(&o.TLSCertFile, "tls-cert-file", "/etc/virt-handler/certificates/tls.crt", "node API serving certificate (reloaded when it changes)")

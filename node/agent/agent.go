@@ -48,7 +48,9 @@ type Options struct {
 	NodeName  string
 	Namespace string // of the KubeVirt CR
 	VMDirRoot string
-	Network   handler.Network
+	// LauncherUID owns the sockets in VM directories (see handler.Options).
+	LauncherUID int
+	Network     handler.Network
 
 	// APIListen is where the node API listens; AdvertiseHost is the host virt-api dials.
 	APIListen     string
@@ -113,7 +115,7 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 	h := handler.New(mgr.GetClient(), handler.Options{
-		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, Network: o.Network,
+		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, LauncherUID: o.LauncherUID, Network: o.Network,
 		UseEmulation: func() bool { return watcher.Current().UseEmulation },
 		Log:          log.WithName("handler"),
 	})

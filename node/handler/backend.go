@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,6 +17,7 @@ import (
 	v1 "github.com/qvirt/qvirt/api/v1"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 	"github.com/qvirt/qvirt/node/nodeapi"
+	"github.com/qvirt/qvirt/node/safepath"
 )
 
 // Backend serves the node API from the VMs this node agent runs.
@@ -42,23 +43,43 @@ func (b backend) running(vmi nodeapi.VMI) (*vmState, error) {
 	return st, nil
 }
 
-func (b backend) Console(_ context.Context, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+// Sockets QEMU serves in the VM's directory (launcher/qemuargs.Layout).
+const (
+	serialSocket = "serial0.sock"
+	vncSocket    = "vnc.sock"
+)
+
+func (b backend) Console(ctx context.Context, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 	st, err := b.running(vmi)
 	if err != nil {
 		return nil, err
 	}
-	return st.openSession("console", false, func() (net.Conn, error) {
-		return net.Dial("unix", filepath.Join(st.dir, "serial0.sock"))
-	})
+	return b.openSession(ctx, st, "console", false, serialSocket)
 }
 
-func (b backend) VNC(_ context.Context, vmi nodeapi.VMI, preserve bool) (io.ReadWriteCloser, error) {
+func (b backend) VNC(ctx context.Context, vmi nodeapi.VMI, preserve bool) (io.ReadWriteCloser, error) {
 	st, err := b.running(vmi)
 	if err != nil {
 		return nil, err
 	}
-	return st.openSession("vnc", preserve, func() (net.Conn, error) {
-		return net.Dial("unix", filepath.Join(st.dir, "vnc.sock"))
+	return b.openSession(ctx, st, "vnc", preserve, vncSocket)
+}
+
+// openSession dials sock in the VM's directory for a session of kind. A socket refused for
+// what it is (a link, not a socket, another owner) is logged: something in the launcher pod
+// put it there.
+func (b backend) openSession(ctx context.Context, st *vmState, kind string, preserve bool, sock string) (io.ReadWriteCloser, error) {
+	return st.openSession(kind, preserve, func() (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		c, err := st.dir.dial(dctx, sock)
+		if err != nil {
+			if safepath.Refused(err) {
+				b.h.log.Error(err, "refused to open a socket in the VM's directory", "vmi", st.key.String(), "session", kind)
+			}
+			return nil, err
+		}
+		return c, nil
 	})
 }
 
@@ -161,7 +182,7 @@ func (st *vmState) openSession(kind string, preserve bool, dial func() (net.Conn
 	st.mu.Unlock()
 	conn, err := dial()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", nodeapi.ErrUnavailable, kind, err)
+		return nil, fmt.Errorf("%w: %s: %w", nodeapi.ErrUnavailable, kind, err)
 	}
 	s := &session{Conn: conn}
 	s.onClose = func() {

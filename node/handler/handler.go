@@ -4,7 +4,6 @@
 package handler
 
 import (
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -21,7 +20,11 @@ type Options struct {
 	NodeName string
 	// VMDirRoot holds one directory per VMI (named by its UID), shared with the launchers.
 	VMDirRoot string
-	Network   Network
+	// LauncherUID owns the sockets in a VM's directory: the uid virt-launcher and QEMU run as
+	// (root, as virt-controller renders the launcher pod). A socket owned by anyone else is
+	// refused.
+	LauncherUID int
+	Network     Network
 	// UseEmulation reports whether guests run under software emulation (KubeVirt CR).
 	UseEmulation func() bool
 	Log          logr.Logger
@@ -53,8 +56,6 @@ func New(c client.Client, opts Options) *Handler {
 		wake: make(chan event.GenericEvent, 1024)}
 }
 
-func (h *Handler) vmDir(uid types.UID) string { return filepath.Join(h.opts.VMDirRoot, string(uid)) }
-
 // state returns the local state of a VMI, creating it when create is set.
 func (h *Handler) state(vmi *v1.VirtualMachineInstance, create bool) *vmState {
 	h.mu.Lock()
@@ -63,7 +64,7 @@ func (h *Handler) state(vmi *v1.VirtualMachineInstance, create bool) *vmState {
 		return st
 	}
 	key := types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}
-	st := &vmState{key: key, uid: vmi.UID, dir: h.vmDir(vmi.UID), sessions: map[string]closer{}}
+	st := &vmState{key: key, uid: vmi.UID, dir: h.dirOf(string(vmi.UID)), sessions: map[string]closer{}}
 	h.vms[vmi.UID] = st
 	h.byName[key] = vmi.UID
 	return st

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,7 +18,7 @@ import (
 
 // launcherConn is the node agent's connection to one VM's launcher.
 type launcherConn struct {
-	dir    string
+	dir    vmDir
 	conn   *grpc.ClientConn
 	client launcherapi.LauncherClient
 	// pid of the launcher, from the socket's peer credentials: its network namespace is the
@@ -28,19 +27,25 @@ type launcherConn struct {
 }
 
 // dialLauncher connects to the launcher serving in dir. It fails fast while the socket is
-// missing (the pod is still starting), so the caller can retry later.
-func dialLauncher(dir string) (*launcherConn, error) {
-	sock := filepath.Join(dir, server.SocketName)
-	raw, err := net.DialTimeout("unix", sock, 2*time.Second)
+// missing (the pod is still starting), so the caller can retry later. Every connection gRPC
+// makes, the first and any after a reconnect, goes through dir.dial, so none follows a link.
+func dialLauncher(dir vmDir) (*launcherConn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	raw, err := dir.dial(ctx, server.SocketName)
 	if err != nil {
-		return nil, fmt.Errorf("launcher socket %s: %w", sock, err)
+		return nil, fmt.Errorf("launcher socket: %w", err)
 	}
-	pid, err := peerPID(raw.(*net.UnixConn))
+	pid, err := peerPID(raw)
 	raw.Close()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+server.SocketName,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return dir.dial(ctx, server.SocketName)
+		}))
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +78,9 @@ func (l *launcherConn) sendTaps(taps map[string]*os.File) error {
 	if len(taps) == 0 {
 		return nil
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(l.dir, server.FDSocketName), Net: "unix"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := l.dir.dial(ctx, server.FDSocketName)
 	if err != nil {
 		return fmt.Errorf("launcher fd socket: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/node/launcherspec"
+	"github.com/qvirt/qvirt/node/safepath"
 )
 
 // computeContainer is the launcher pod's container that runs virt-launcher and QEMU.
@@ -133,7 +134,7 @@ func (r *podImages) openMount(image, mount string) (int, error) {
 		return -1, fmt.Errorf("image %s: the launcher's root %s: %w", image, root, err)
 	}
 	defer unix.Close(rootFD)
-	fd, err := openat2(rootFD, mount, unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_IN_ROOT|unix.RESOLVE_NO_MAGICLINKS)
+	fd, err := safepath.Openat2(rootFD, mount, unix.O_PATH|unix.O_DIRECTORY, unix.RESOLVE_IN_ROOT|unix.RESOLVE_NO_MAGICLINKS)
 	if err != nil {
 		return -1, fmt.Errorf("image %s: its mount %s in the launcher's container: %w", image, mount, err)
 	}
@@ -142,7 +143,7 @@ func (r *podImages) openMount(image, mount string) (int, error) {
 
 // singleDisk is the name under /disk/ of the one file there.
 func singleDisk(dir int, image string) (string, error) {
-	fd, err := openat2(dir, diskDir, unix.O_RDONLY|unix.O_DIRECTORY, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS)
+	fd, err := safepath.Openat2(dir, diskDir, unix.O_RDONLY|unix.O_DIRECTORY, safepath.Strict)
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		return "", refusedLink(dir, image, diskDir)
@@ -182,7 +183,7 @@ func openFile(dir int, image, p string) (int, string, error) {
 	if rel == "" {
 		return -1, "", fmt.Errorf("%q in image %s names the image's root, not a file", p, image)
 	}
-	fd, err := openat2(dir, rel, unix.O_PATH, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_SYMLINKS|unix.RESOLVE_NO_MAGICLINKS)
+	fd, err := safepath.Openat2(dir, rel, unix.O_PATH, safepath.Strict)
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		return -1, "", refusedLink(dir, image, rel)
@@ -209,40 +210,10 @@ func openFile(dir int, image, p string) (int, string, error) {
 
 // refusedLink says which part of rel is the symbolic link that made the open fail.
 func refusedLink(dir int, image, rel string) error {
-	parts := strings.Split(rel, "/")
-	for i := range parts {
-		prefix := strings.Join(parts[:i+1], "/")
-		var st unix.Stat_t
-		if unix.Fstatat(dir, prefix, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
-			continue
-		}
-		target := "?"
-		buf := make([]byte, unix.PathMax)
-		if n, err := unix.Readlinkat(dir, prefix, buf); err == nil {
-			target = string(buf[:n])
-		}
+	if prefix, target, ok := safepath.FindLink(dir, rel); ok {
 		return fmt.Errorf("refused /%s in image %s: /%s is a symbolic link (to %s), and links in images are not followed so that no path leads out of the image", rel, image, prefix, target)
 	}
 	return fmt.Errorf("refused /%s in image %s: its path holds a symbolic link, and links in images are not followed so that no path leads out of the image", rel, image)
-}
-
-// openat2 retries the races openat2 reports (a rename during the lookup) and says what an old
-// kernel lacks.
-func openat2(dir int, p string, flags uint64, resolve uint64) (int, error) {
-	how := &unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Resolve: resolve}
-	for range 16 {
-		fd, err := unix.Openat2(dir, p, how)
-		switch {
-		case err == nil:
-			return fd, nil
-		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.ENOSYS):
-			return -1, fmt.Errorf("reading the images of a launcher pod safely needs openat2 (Linux 5.6 or later): %w", err)
-		}
-		return -1, err
-	}
-	return -1, fmt.Errorf("%s: the lookup kept racing with renames: %w", p, unix.EAGAIN)
 }
 
 // imagesFor is where the VM's images come from: the launcher pod's image volumes. Without any

@@ -17,7 +17,7 @@ type closer = io.Closer
 type vmState struct {
 	key types.NamespacedName
 	uid types.UID
-	dir string
+	dir vmDir
 
 	mu       sync.Mutex
 	lc       *launcherConn
