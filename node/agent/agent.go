@@ -129,6 +129,9 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	if err := mgr.Add(handler.StatsPoller{H: h, Interval: o.StatsInterval}); err != nil {
 		return nil, err
 	}
+	if err := mgr.Add(handler.DirSweeper{H: h, Reader: mgr.GetAPIReader()}); err != nil {
+		return nil, err
+	}
 
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {

@@ -42,6 +42,8 @@ type Handler struct {
 
 	// wake re-queues a VMI when its launcher reports something.
 	wake chan event.GenericEvent
+	// sweep asks the DirSweeper to look for directories of VMs gone from this node.
+	sweep chan struct{}
 }
 
 // New returns a Handler using c for the API.
@@ -53,7 +55,7 @@ func New(c client.Client, opts Options) *Handler {
 		opts.UseEmulation = func() bool { return false }
 	}
 	return &Handler{opts: opts, client: c, log: opts.Log, vms: map[types.UID]*vmState{}, byName: map[types.NamespacedName]types.UID{},
-		wake: make(chan event.GenericEvent, 1024)}
+		wake: make(chan event.GenericEvent, 1024), sweep: make(chan struct{}, 1)}
 }
 
 // state returns the local state of a VMI, creating it when create is set.

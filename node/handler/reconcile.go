@@ -34,6 +34,8 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			if st := h.stateByName(req.Namespace, req.Name); st != nil {
 				h.release(st, nil)
 			}
+			// Its launcher pod may have been the last user of a VM directory.
+			h.sweepSoon()
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -223,10 +225,12 @@ func (h *Handler) stop(st *vmState, vmi *v1.VirtualMachineInstance, ls *launcher
 	}()
 }
 
-// release forgets a VM that no longer runs here, freeing its network resources.
+// release forgets a VM that no longer runs here, freeing its network resources. Its
+// directory goes once nothing on the node needs it (DirSweeper).
 func (h *Handler) release(st *vmState, _ *v1.VirtualMachineInstance) {
 	if h.opts.Network != nil {
 		h.opts.Network.Teardown(st.uid)
 	}
 	h.forget(st)
+	h.sweepSoon()
 }
