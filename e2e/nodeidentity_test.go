@@ -57,20 +57,7 @@ func TestNodeAgentIdentity(t *testing.T) {
 
 	// With node A's agent token, ask for node B's name: denied, never signed.
 	a, b := nodes[0], nodes[1]
-	pod := handlerPod(t, c, a)
-	tr, err := c.Kube.CoreV1().ServiceAccounts(localcluster.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600),
-			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.AnonymousClientConfig(c.K8s.RESTConfig())
-	cfg.BearerToken = tr.Status.Token
-	asAgentA, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	asAgentA := agentClient(t, ctx, c, a)
 	forged := requestFor(t, ctx, asAgentA, b)
 	got := waitDecided(t, ctx, c, forged)
 	if !decided(got, certificatesv1.CertificateDenied) || len(got.Status.Certificate) > 0 {
@@ -159,4 +146,53 @@ func decided(csr *certificatesv1.CertificateSigningRequest, t certificatesv1.Req
 		}
 	}
 	return false
+}
+
+// TestNodeAgentPatchesOnlyItsOwnNode: the agents share a service account, so the policy in
+// deploy/node-restriction.yaml is what keeps one node's agent off another node's Node.
+func TestNodeAgentPatchesOnlyItsOwnNode(t *testing.T) {
+	c := localStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nodes := c.NodeNames()
+	if len(nodes) < 2 {
+		t.Skip("needs two nodes")
+	}
+	a, b := nodes[0], nodes[1]
+	asAgentA := agentClient(t, ctx, c, a)
+	patch := []byte(`{"metadata":{"annotations":{"e2e.qvirt.io/touched":"yes"}}}`)
+	if _, err := asAgentA.CoreV1().Nodes().Patch(ctx, a, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("node agent patching its own Node: %v", err)
+	}
+	_, err := asAgentA.CoreV1().Nodes().Patch(ctx, b, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "only the Node it runs on") {
+		t.Fatalf("node %s's agent patched node %s: %v", a, b, err)
+	}
+	unsched := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := asAgentA.CoreV1().Nodes().Patch(ctx, a, types.MergePatchType, unsched, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "labels and annotations") {
+		t.Fatalf("node agent changed its Node's spec: %v", err)
+	}
+	undo := []byte(`{"metadata":{"annotations":{"e2e.qvirt.io/touched":null}}}`)
+	_, _ = c.Kube.CoreV1().Nodes().Patch(ctx, a, types.MergePatchType, undo, metav1.PatchOptions{})
+}
+
+// agentClient is a client with the credentials of the node agent running on node: a token of
+// its service account bound to its pod, as the kubelet mounts it.
+func agentClient(t *testing.T, ctx context.Context, c *localcluster.Cluster, node string) kubernetes.Interface {
+	t.Helper()
+	pod := handlerPod(t, c, node)
+	tr, err := c.Kube.CoreV1().ServiceAccounts(localcluster.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600),
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(c.K8s.RESTConfig())
+	cfg.BearerToken = tr.Status.Token
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
 }

@@ -48,8 +48,10 @@ func (c *Cluster) install(ctx context.Context) error {
 	if _, err := c.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", filepath.Join(deploy, "crds")); err != nil {
 		return err
 	}
-	if err := c.apply(ctx, filepath.Join(deploy, "rbac.yaml")); err != nil {
-		return err
+	for _, f := range []string{"rbac.yaml", "node-restriction.yaml"} {
+		if err := c.apply(ctx, filepath.Join(deploy, f)); err != nil {
+			return err
+		}
 	}
 	if err := c.createCertificates(ctx); err != nil {
 		return err
