@@ -196,13 +196,12 @@ func guestResident(tb testing.TB, pid int, size uint64) uint64 {
 // waitSerial waits until the VMI's serial console log has want.
 func waitSerial(tb testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance, want string, within time.Duration) {
 	tb.Helper()
-	path := c.VMDir(vmi.Status.NodeName, string(vmi.UID)) + "/serial0.log"
 	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
-		if b, _ := os.ReadFile(path); strings.Contains(string(b), want) {
+		if strings.Contains(serialLog(c, vmi), want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("%s never showed %q in %s", vmi.Name, want, path)
+			tb.Fatalf("%s never showed %q in its serial log", vmi.Name, want)
 		}
 	}
 }

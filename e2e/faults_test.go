@@ -143,9 +143,8 @@ func TestStartStrategyPaused(t *testing.T) {
 	if vmi.Status.Phase != v1.Running {
 		t.Errorf("paused VMI phase %s, want Running", vmi.Status.Phase)
 	}
-	serial := filepath.Join(c.VMDir(vmi.Status.NodeName, string(vmi.UID)), "serial0.log")
 	time.Sleep(2 * time.Second)
-	if b, _ := os.ReadFile(serial); strings.Contains(string(b), "qvirt-guest: booted") {
+	if strings.Contains(serialLog(c, vmi), "qvirt-guest: booted") {
 		t.Fatal("the guest booted while paused")
 	}
 	putSub(t, c, "virtualmachineinstances/sleeper/unpause")

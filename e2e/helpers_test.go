@@ -234,6 +234,15 @@ func sample(text, family, name, extra string) (float64, bool) {
 
 func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 5*time.Second) }
 
+// serialLog is what a VM's serial console printed as far back as the node keeps it: the
+// launcher rotates serial0.log into serial0.log.1.
+func serialLog(c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) string {
+	dir := c.VMDir(vmi.Status.NodeName, string(vmi.UID))
+	older, _ := os.ReadFile(filepath.Join(dir, "serial0.log.1"))
+	current, _ := os.ReadFile(filepath.Join(dir, "serial0.log"))
+	return string(older) + string(current)
+}
+
 // dumpVM logs the tail of a VM's serial console and QEMU logs.
 func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {
 	vmi := &v1.VirtualMachineInstance{}
@@ -242,7 +251,7 @@ func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {
 		return
 	}
 	t.Logf("VMI %s: phase %s node %s conditions %+v", name, vmi.Status.Phase, vmi.Status.NodeName, vmi.Status.Conditions)
-	for _, f := range []string{"serial0.log", "qemu.log", "launcher.log"} {
+	for _, f := range []string{"serial0.log.1", "serial0.log", "qemu.log", "launcher.log"} {
 		b, err := os.ReadFile(filepath.Join(c.VMDir(vmi.Status.NodeName, string(vmi.UID)), f))
 		if err != nil {
 			continue

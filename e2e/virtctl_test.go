@@ -400,8 +400,7 @@ func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 	}
 	before := getVMI(t, c, vmName)
 	// A soft reboot restarts the guest in the same VMI and QEMU: it boots a second time.
-	serial := filepath.Join(c.VMDir(before.Status.NodeName, string(before.UID)), "serial0.log")
-	boots := func() int { b, _ := os.ReadFile(serial); return strings.Count(string(b), "qvirt-guest: booted") }
+	boots := func() int { return strings.Count(serialLog(c, before), "qvirt-guest: booted") }
 	first := boots()
 	run("soft-reboot", vmName)
 	for deadline := time.Now().Add(2 * time.Minute); boots() <= first; time.Sleep(250 * time.Millisecond) {

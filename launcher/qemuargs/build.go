@@ -150,8 +150,13 @@ func nicArgs(ifaces []*launcherapi.Interface, l Layout) []string {
 func deviceArgs(dev *launcherapi.Devices, l Layout) []string {
 	var a []string
 	if dev.GetSerialConsole() {
-		// The log file keeps what the guest printed while no console client was attached.
-		a = append(a, socketChardev{ID: "serial0", Path: l.SerialSocket(), LogFile: l.SerialLog()}.args()...)
+		// The log keeps what the guest printed while no console client was attached; QEMU
+		// writes it into the launcher's descriptor, and the launcher caps the file.
+		var logFile string
+		if l.SerialLogFD > 0 {
+			logFile = fmt.Sprintf("/dev/fd/%d", l.SerialLogFD)
+		}
+		a = append(a, socketChardev{ID: "serial0", Path: l.SerialSocket(), LogFile: logFile}.args()...)
 		a = append(a, "-serial", "chardev:serial0")
 	}
 	if dev.GetVnc() {

@@ -43,6 +43,7 @@ func containerDisk(name string, bus launcherapi.Bus) *launcherapi.Disk {
 func testLayout() Layout {
 	l := NewLayout("/run/qvirt/vm1")
 	l.TapFDs = map[string]int{"tap0": 3, "tap1": 4}
+	l.SerialLogFD = 5
 	return l
 }
 
@@ -224,5 +225,14 @@ func TestBuildRejectsBadSpecs(t *testing.T) {
 				t.Errorf("error %T does not expose the individual field errors", err)
 			}
 		})
+	}
+}
+
+func TestBuildRejectsASerialLogFDOfATap(t *testing.T) {
+	l := testLayout()
+	l.SerialLogFD = l.TapFDs["tap1"]
+	spec := with(func(s *launcherapi.VMSpec) { s.Devices = &launcherapi.Devices{SerialConsole: true} })
+	if argv, err := Build(spec, l); err == nil || !strings.Contains(err.Error(), "layout.serial_log_fd") {
+		t.Fatalf("Build(%q) error %v, want the descriptor refused", argv, err)
 	}
 }

@@ -15,6 +15,10 @@ type Layout struct {
 	EphemeralDir string
 	// TapFDs maps an interface's tap_fd_name to the descriptor number QEMU inherits.
 	TapFDs map[string]int
+	// SerialLogFD is the descriptor number QEMU inherits to write the serial console's log
+	// into: the launcher reads the other end and keeps SerialLog, capped (QEMU's own logfile
+	// grows without bound). 0 means QEMU keeps no log of the console.
+	SerialLogFD int
 	// Binary is the QEMU executable; it becomes argv[0].
 	Binary string
 }

@@ -173,6 +173,11 @@ func validateInterfaces(ifaces []*launcherapi.Interface, l Layout, p *field.Path
 			errs = append(errs, field.NotFound(ip.Child("tap_fd_name"), in.TapFdName))
 		}
 	}
+	for name, fd := range l.TapFDs {
+		if l.SerialLogFD != 0 && fd == l.SerialLogFD {
+			errs = append(errs, field.Duplicate(field.NewPath("layout", "serial_log_fd"), fmt.Sprintf("%d, the descriptor of tap %s", fd, name)))
+		}
+	}
 	return errs
 }
 

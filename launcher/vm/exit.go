@@ -104,12 +104,19 @@ func (v *VM) watch(cmd *exec.Cmd) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	v.mu.Lock()
-	intent, shut, mon, killMsg := v.stopping, v.lastShutd, v.mon, v.killMsg
+	intent, shut, mon, killMsg, sl := v.stopping, v.lastShutd, v.mon, v.killMsg, v.serialLog
 	failedStart := v.status.ExitReason == launcherapi.ExitReason_EXIT_REASON_FAILED_START
 	startErr := v.status.Message
 	v.mu.Unlock()
 	if mon != nil {
 		_ = mon.Close()
+	}
+	if sl != nil {
+		// The guest's last words are in the log before the exit is reported.
+		select {
+		case <-sl.done:
+		case <-time.After(time.Second):
+		}
 	}
 	state, reason, msg := exitReason(intent, shut, err, lastLine(v.qemuLogPath()))
 	switch {

@@ -60,6 +60,10 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 		{"validate", func(context.Context) error {
 			var err error
 			v.layout.TapFDs, taps = assignTapFDs(v.cfg.Taps)
+			if spec.GetDevices().GetSerialConsole() {
+				// The descriptor after the taps: QEMU writes the console's log into it.
+				v.layout.SerialLogFD = 3 + len(taps)
+			}
 			if argv, err = qemuargs.Build(spec, v.layout); err != nil {
 				return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 			}
@@ -139,10 +143,30 @@ func (v *VM) startQEMU(argv []string, taps []*os.File) error {
 		return err
 	}
 	defer logf.Close() // QEMU holds its own copy.
+	extra := taps
+	if v.layout.SerialLogFD != 0 {
+		if want := 3 + len(taps); v.layout.SerialLogFD != want {
+			return fmt.Errorf("serial console log: descriptor %d in the command line, but QEMU gets it as %d", v.layout.SerialLogFD, want)
+		}
+		max := v.cfg.SerialLogMax
+		if max <= 0 {
+			max = SerialLogMax
+		}
+		sl, err := startSerialLog(v.layout.SerialLog(), max, v.log)
+		if err != nil {
+			return err
+		}
+		// QEMU holds its own copy; once it exits, the copy into the file ends.
+		defer sl.w.Close()
+		extra = append(append([]*os.File(nil), taps...), sl.w)
+		v.mu.Lock()
+		v.serialLog = sl
+		v.mu.Unlock()
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = v.layout.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = taps
+	cmd.ExtraFiles = extra
 	// Own process group: a signal meant for the launcher's terminal does not reach QEMU, and
 	// QEMU dies with the launcher rather than running unmanaged.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -39,7 +39,9 @@ type Config struct {
 	Taps map[string]*os.File
 	// QuitTimeout bounds how long `quit` may take before QEMU is killed (default 5s).
 	QuitTimeout time.Duration
-	Log         logr.Logger
+	// SerialLogMax caps each of the serial console's two log files (default SerialLogMax).
+	SerialLogMax int64
+	Log          logr.Logger
 }
 
 // VM is one QEMU process. Its life is not tied to any request context: only Shutdown, Kill or
@@ -69,6 +71,8 @@ type VM struct {
 	eventsDone   chan struct{}
 	shutdownOnce sync.Once
 	timings      []PhaseTiming
+	// serialLog copies the serial console's log out of QEMU; nil without a serial console.
+	serialLog *serialLogPipe
 }
 
 // stopIntent records who asked QEMU to stop, so the exit can be reported with the right reason.
