@@ -572,6 +572,21 @@ func TestServerDryRun(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	t.Run("crd-rules", func(t *testing.T) {
+		kv := func(strategy string) []byte {
+			return fmt.Appendf(nil, `{"apiVersion":"kubevirt.io/v1","kind":"KubeVirt","metadata":{"name":"kubevirt","namespace":"kubevirt"},`+
+				`"spec":{"configuration":{"evictionStrategy":%q}}}`, strategy)
+		}
+		if out, err := kubectl(kv("None"), "apply", "--server-side", "--dry-run=server", "-f", "-"); err != nil {
+			t.Errorf("evictionStrategy None refused: %v\n%s", err, out)
+		}
+		for _, s := range []string{"LiveMigrate", "LiveMigrateIfPossible", "External"} {
+			out, err := kubectl(kv(s), "apply", "--server-side", "--dry-run=server", "-f", "-")
+			if want := "qvirt does not support the cluster-wide eviction strategy " + s; err == nil || !strings.Contains(out, want) {
+				t.Errorf("evictionStrategy %s: want a refusal saying %q, got %v\n%s", s, want, err, out)
+			}
+		}
+	})
 
 	// Pods need their ServiceAccounts to exist.
 	must(nil, "apply", "--server-side", "-f", "rbac.yaml")

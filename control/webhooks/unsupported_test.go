@@ -130,7 +130,7 @@ func TestSupportedNeighboursAreAccepted(t *testing.T) {
 	s.Domain.Devices.DisableHotplug = true
 	s.Domain.CPU.Model = v1.CPUModeHostPassthrough
 	s.StartStrategy = ptr(v1.StartStrategyPaused)
-	s.EvictionStrategy = ptr(v1.EvictionStrategyLiveMigrate)
+	s.EvictionStrategy = ptr(v1.EvictionStrategyNone)
 	s.Hostname, s.Subdomain = "web-1", "web"
 	s.NodeSelector = map[string]string{"kubernetes.io/arch": "amd64"}
 	if errs := ValidateVMISpec(field.NewPath("spec"), s, StaticConfig{}); len(errs) > 0 {

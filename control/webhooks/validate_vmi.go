@@ -152,12 +152,7 @@ func validateScheduling(path *field.Path, spec *v1.VirtualMachineInstanceSpec) f
 		errs = append(errs, invalid(p, *s, "%s is set with an unrecognized option: %s", p, *s))
 	}
 	if s := spec.EvictionStrategy; s != nil {
-		switch *s {
-		case v1.EvictionStrategyNone, v1.EvictionStrategyLiveMigrate, v1.EvictionStrategyLiveMigrateIfPossible, v1.EvictionStrategyExternal:
-		default:
-			p := path.Child("evictionStrategy")
-			errs = append(errs, invalid(p, *s, "%s is set with an unrecognized option: %s", p, *s))
-		}
+		errs = append(errs, validateEvictionStrategy(path.Child("evictionStrategy"), *s)...)
 	}
 	switch spec.DNSPolicy {
 	case "", corev1.DNSClusterFirstWithHostNet, corev1.DNSClusterFirst, corev1.DNSDefault:
@@ -170,6 +165,29 @@ func validateScheduling(path *field.Path, spec *v1.VirtualMachineInstanceSpec) f
 			"DNSPolicy: %s is not supported, valid values: [ClusterFirstWithHostNet ClusterFirst Default None]", spec.DNSPolicy))
 	}
 	return errs
+}
+
+// validateEvictionStrategy accepts None, KubeVirt's default, which qvirt honours as KubeVirt
+// does: a drained node's launcher pod is evicted, the VMI fails and its VM's runStrategy
+// decides whether it starts again elsewhere. The other strategies need what qvirt lacks:
+// LiveMigrate and LiveMigrateIfPossible move the guest by live migration instead (the latter
+// falls back to None for a VMI that cannot migrate, which with qvirt would be every VMI: the
+// strategy would only ever mean None), External blocks the eviction and marks the VMI for an
+// external controller (status.evacuationNodeName).
+func validateEvictionStrategy(p *field.Path, s v1.EvictionStrategy) field.ErrorList {
+	var what string
+	switch s {
+	case v1.EvictionStrategyNone:
+		return nil
+	case v1.EvictionStrategyLiveMigrate, v1.EvictionStrategyLiveMigrateIfPossible:
+		what = "live migration on eviction"
+	case v1.EvictionStrategyExternal:
+		what = "handing evictions to an external controller"
+	default:
+		return field.ErrorList{invalid(p, s, "%s is set with an unrecognized option: %s", p, s)}
+	}
+	return field.ErrorList{notSupported(p, s, "%s: qvirt does not support the eviction strategy %s (%s): use %s or leave it unset",
+		p, s, what, v1.EvictionStrategyNone)}
 }
 
 func validateMachine(path *field.Path, spec *v1.VirtualMachineInstanceSpec) field.ErrorList {
