@@ -99,8 +99,8 @@ func TestUnsupportedIsRefused(t *testing.T) {
 		{"spec.volumes[2].configMap", volume(v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}})},
 		{"spec.volumes[2].secret", volume(v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}})},
 		{"spec.volumes[2].serviceAccount", volume(v1.VolumeSource{ServiceAccount: &v1.ServiceAccountVolumeSource{ServiceAccountName: "default"}})},
-		{"spec.volumes[2].persistentVolumeClaim.hotpluggable", volume(v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
-			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}, Hotpluggable: true}})},
+		{"spec.volumes[2].persistentVolumeClaim", volume(v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})},
 		{"spec.volumes[1].cloudInitNoCloud.secretRef", func(s *spec) {
 			s.Volumes[1].CloudInitNoCloud = &v1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: "ud"}}
 		}},
