@@ -10,7 +10,7 @@ cat <<MSG
 >> starting the example VM (QEMU under emulation); logs: $dir/qemu.log
 >> when it is up:
      console:  socat -,raw,echo=0,escape=0x1d UNIX-CONNECT:$dir/serial0.sock   (Ctrl+] leaves)
-     boot log: cat $dir/serial0.log
+     boot log: cat $dir/serial0.log   (the output before it: serial0.log.1)
      VNC:      socat TCP-LISTEN:5900,bind=127.0.0.1,reuseaddr UNIX-CONNECT:$dir/vnc.sock, then a viewer on 127.0.0.1:5900
 >> Ctrl-C shuts the VM down (ACPI power button, then stop).
 MSG
