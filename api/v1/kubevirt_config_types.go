@@ -12,6 +12,16 @@ import (
 
 // KubeVirtConfiguration is spec.configuration of the KubeVirt CR. Components
 // reload it when the CR changes.
+//
+// What qvirt does not read is refused where the API server can tell: a setting that changed
+// nothing would be worse than none.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.cpuModel)",fieldPath=".cpuModel",message="qvirt does not support a cluster-wide cpuModel: set spec.domain.cpu.model in the VMs"
+// +kubebuilder:validation:XValidation:rule="!has(self.cpuRequest)",fieldPath=".cpuRequest",message="qvirt does not support a cluster-wide cpuRequest: a launcher pod requests 100m CPU, KubeVirt's default, unless its VM sets spec.domain.resources.requests.cpu"
+// +kubebuilder:validation:XValidation:rule="!has(self.imagePullPolicy)",fieldPath=".imagePullPolicy",message="qvirt does not support an imagePullPolicy for launcher pods: they pull the launcher image with Kubernetes' default policy"
+// +kubebuilder:validation:XValidation:rule="!has(self.machineType) || self.machineType == 'q35'",fieldPath=".machineType",message="qvirt does not support a cluster-wide machineType other than q35, the default: set spec.domain.machine.type in the VMs"
+// +kubebuilder:validation:XValidation:rule="!has(self.memBalloonStatsPeriod)",fieldPath=".memBalloonStatsPeriod",message="qvirt does not support memBalloonStatsPeriod: launchers poll the guest's memory statistics at a fixed period"
+// +kubebuilder:validation:XValidation:rule="!has(self.tlsConfiguration)",fieldPath=".tlsConfiguration",message="qvirt does not support TLS settings for its servers yet"
 type KubeVirtConfiguration struct {
 	// +optional
 	CPUModel string `json:"cpuModel,omitempty"`
@@ -49,6 +59,11 @@ type KubeVirtConfiguration struct {
 }
 
 // DeveloperConfiguration holds feature gates and emulation.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.memoryOvercommit) || self.memoryOvercommit == 100",fieldPath=".memoryOvercommit",message="qvirt does not support memory overcommit: a guest's memory is its request (memoryOvercommit 100, the default)"
+// +kubebuilder:validation:XValidation:rule="!has(self.cpuAllocationRatio)",fieldPath=".cpuAllocationRatio",message="qvirt does not support cpuAllocationRatio: a launcher pod requests 100m CPU unless its VM sets spec.domain.resources.requests.cpu"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeSelectors) || size(self.nodeSelectors) == 0",fieldPath=".nodeSelectors",message="qvirt does not support cluster-wide nodeSelectors: set spec.nodeSelector in the VMs"
+// +kubebuilder:validation:XValidation:rule="!has(self.logVerbosity)",fieldPath=".logVerbosity",message="qvirt does not support logVerbosity"
 type DeveloperConfiguration struct {
 	// FeatureGates to enable; a gate may not also be in disabledFeatureGates.
 	// +listType=atomic
@@ -93,6 +108,10 @@ type LogVerbosity struct {
 // MigrationConfiguration are the cluster-wide live migration settings (defaults:
 // 5 per cluster, 2 outbound per node, progress timeout 150 s, 150 s per GiB,
 // bandwidth unlimited).
+//
+// qvirt's migration limits are fixed at KubeVirt's defaults, and nothing else is configurable yet.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeDrainTaintKey) && !has(self.allowAutoConverge) && !has(self.bandwidthPerMigration) && !has(self.completionTimeoutPerGiB) && !has(self.maxDowntimeMs) && !has(self.progressTimeout) && !has(self.unsafeMigrationOverride) && !has(self.allowPostCopy) && !has(self.allowWorkloadDisruption) && !has(self.disableTLS) && !has(self.network) && !has(self.matchSELinuxLevelOnMigration) && (!has(self.parallelMigrationsPerCluster) || self.parallelMigrationsPerCluster == 5) && (!has(self.parallelOutboundMigrationsPerNode) || self.parallelOutboundMigrationsPerNode == 2)",message="qvirt does not support migration settings yet: only parallelMigrationsPerCluster 5 and parallelOutboundMigrationsPerNode 2, its fixed limits"
 type MigrationConfiguration struct {
 	// +optional
 	NodeDrainTaintKey *string `json:"nodeDrainTaintKey,omitempty"`
@@ -130,6 +149,8 @@ type MigrationConfiguration struct {
 }
 
 // NetworkConfiguration are cluster-wide network settings.
+//
+// +kubebuilder:validation:XValidation:rule="(!has(self.defaultNetworkInterface) || self.defaultNetworkInterface == 'bridge') && (!has(self.permitBridgeInterfaceOnPodNetwork) || self.permitBridgeInterfaceOnPodNetwork)",message="qvirt does not support network settings other than KubeVirt's defaults: defaultNetworkInterface bridge, permitBridgeInterfaceOnPodNetwork true"
 type NetworkConfiguration struct {
 	// +optional
 	NetworkInterface string `json:"defaultNetworkInterface,omitempty"`

@@ -37,6 +37,15 @@ type KubeVirtList struct {
 }
 
 // KubeVirtSpec holds the installation settings and the configuration.
+//
+// qvirt has no operator: what KubeVirt's operator does with these is refused, but for the
+// values KubeVirt's own CR manifest writes.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.imageTag)",fieldPath=".imageTag",message="qvirt does not support imageTag: it has no operator; its components run the images its manifests (deploy/) name"
+// +kubebuilder:validation:XValidation:rule="!has(self.imageRegistry)",fieldPath=".imageRegistry",message="qvirt does not support imageRegistry: it has no operator; its components run the images its manifests (deploy/) name"
+// +kubebuilder:validation:XValidation:rule="!has(self.imagePullPolicy) || self.imagePullPolicy == 'IfNotPresent'",fieldPath=".imagePullPolicy",message="qvirt does not support an imagePullPolicy other than IfNotPresent, KubeVirt's default: its components' pull policies are those of its manifests (deploy/)"
+// +kubebuilder:validation:XValidation:rule="!has(self.imagePullSecrets) || size(self.imagePullSecrets) == 0",fieldPath=".imagePullSecrets",message="qvirt does not support imagePullSecrets here: set them in its manifests (deploy/)"
+// +kubebuilder:validation:XValidation:rule="!has(self.uninstallStrategy)",fieldPath=".uninstallStrategy",message="qvirt does not support uninstallStrategy: it has no operator; deleting its manifests uninstalls it"
 type KubeVirtSpec struct {
 	// +optional
 	ImageTag string `json:"imageTag,omitempty"`
@@ -63,6 +72,8 @@ type KubeVirtSpec struct {
 
 // KubeVirtWorkloadUpdateStrategy says how running VMIs are moved to new launchers
 // after an upgrade.
+//
+// +kubebuilder:validation:XValidation:rule="(!has(self.workloadUpdateMethods) || size(self.workloadUpdateMethods) == 0) && !has(self.batchEvictionSize) && !has(self.batchEvictionInterval)",message="qvirt does not support workload updates: it has no operator to move running VMs to new launchers"
 type KubeVirtWorkloadUpdateStrategy struct {
 	// WorkloadUpdateMethods are LiveMigrate and/or Evict.
 	// +listType=atomic
@@ -83,6 +94,8 @@ const (
 )
 
 // KubeVirtCertificateRotateStrategy configures the internal certificates.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.selfSigned)",fieldPath=".selfSigned",message="qvirt does not support certificate rotation settings: its certificate lifetimes are fixed"
 type KubeVirtCertificateRotateStrategy struct {
 	// +optional
 	SelfSigned *KubeVirtSelfSignConfiguration `json:"selfSigned,omitempty"`
@@ -116,6 +129,8 @@ type CertConfig struct {
 }
 
 // CustomizeComponents patches the installed components.
+//
+// +kubebuilder:validation:XValidation:rule="(!has(self.patches) || size(self.patches) == 0) && !has(self.flags)",message="qvirt does not support customizeComponents: change its manifests (deploy/) instead"
 type CustomizeComponents struct {
 	// +listType=atomic
 	// +optional
