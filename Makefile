@@ -136,7 +136,13 @@ launcher-run: apt guest build
 ## afterwards: its guests share 2 cores with nothing else then.
 test: apt cni guest k8s nodes build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/e2e$$')
+	$(MAKE) --no-print-directory fuzz
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./e2e/...
+
+## fuzz: a short run of the fuzz targets of what parses guest input (the DHCP server's packets).
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDHCPHandlePacket$$' -fuzztime 20s ./netplumb/
 
 test-unit:
 	$(GO) test -count=1 -short ./...

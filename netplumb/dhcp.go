@@ -7,7 +7,9 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -36,14 +38,29 @@ type DHCPConfig struct {
 }
 
 // DHCPServer answers one guest's DHCP requests on one link of one namespace.
+//
+// It runs in the node agent, which serves every VM of the node, and parses what a guest sends:
+// a panic while handling a packet is recovered and logged, the packet dropped, and serving goes
+// on, so no guest can stop the process or another VM's server.
 type DHCPServer struct {
-	srv  *server4.Server
+	conn net.PacketConn
 	cfg  DHCPConfig
 	log  logr.Logger
 	done chan struct{}
 	once sync.Once
 	err  error
+	// closed is set by Close before the socket goes, so the serving loop knows its read
+	// failure is the end and not an accident.
+	closed atomic.Bool
+	// panics counts the packets whose handling panicked, for tests and logs.
+	panics atomic.Int64
+	// handlePacket is DHCPConfig.handlePacket; tests swap in one that panics.
+	handlePacket func(*DHCPConfig, []byte) ([]byte, dhcpv4.MessageType, error)
 }
+
+// maxDHCPPacket is the largest request read. A DHCP message over Ethernet is at most 1500 bytes
+// less its headers; the rest of a bigger datagram is dropped by the read.
+const maxDHCPPacket = 4096
 
 // StartDHCP starts a DHCP server on cfg.Interface inside the network namespace at nsPath.
 // Its socket is bound to that link, so it serves nothing else; it runs until Close.
@@ -51,54 +68,140 @@ func StartDHCP(ctx context.Context, nsPath string, cfg DHCPConfig) (*DHCPServer,
 	if cfg.Interface == "" || !cfg.ServerIP.Is4() || !cfg.ClientIP.Addr().Is4() || len(cfg.ClientMAC) != 6 {
 		return nil, fmt.Errorf("dhcp: interface, IPv4 server and client addresses and a client MAC are required")
 	}
-	s := &DHCPServer{
-		cfg:  cfg,
-		log:  logr.FromContextOrDiscard(ctx).WithValues("dhcp", cfg.Interface),
-		done: make(chan struct{}),
-	}
 	// The socket is made inside the namespace and stays there; serving needs no pinned thread.
+	var conn net.PacketConn
 	err := Do(nsPath, func() error {
-		var err error
-		s.srv, err = server4.NewServer(cfg.Interface, &net.UDPAddr{Port: dhcpv4.ServerPort}, s.handle,
-			server4.WithLogger(dhcpLogger{s.log}))
-		return err
+		c, err := server4.NewIPv4UDPConn(cfg.Interface, &net.UDPAddr{Port: dhcpv4.ServerPort})
+		if err != nil {
+			return err
+		}
+		conn = c
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dhcp on %s: %w", cfg.Interface, err)
 	}
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.err = err
-			s.log.Error(err, "dhcp server stopped")
-		}
-	}()
+	s := newDHCPServer(logr.FromContextOrDiscard(ctx).WithValues("dhcp", cfg.Interface), cfg, conn)
+	go s.run()
 	s.log.V(1).Info("dhcp serving", "client", cfg.ClientMAC.String(), "ip", cfg.ClientIP)
 	return s, nil
 }
 
+func newDHCPServer(log logr.Logger, cfg DHCPConfig, conn net.PacketConn) *DHCPServer {
+	return &DHCPServer{
+		conn:         conn,
+		cfg:          cfg,
+		log:          log,
+		done:         make(chan struct{}),
+		handlePacket: (*DHCPConfig).handlePacket,
+	}
+}
+
 // Close stops the server and waits for it to end; the error is why it had stopped early.
 func (s *DHCPServer) Close() error {
-	s.once.Do(func() { _ = s.srv.Close() })
+	s.once.Do(func() {
+		s.closed.Store(true)
+		_ = s.conn.Close()
+	})
 	<-s.done
 	return s.err
 }
 
-func (s *DHCPServer) handle(conn net.PacketConn, peer net.Addr, req *dhcpv4.DHCPv4) {
-	resp := s.cfg.reply(req)
+// run serves until the socket is closed. The library's server4.Server.Serve is not used: it
+// parses every packet in its serving goroutine and handles each in a goroutine of its own,
+// neither with a recover, so a packet that makes the parser panic would end the node agent.
+// Here one goroutine reads and handles each packet in turn (a guest has one client to serve),
+// recovering any panic; should the loop itself panic, it is logged and the loop started again.
+func (s *DHCPServer) run() {
+	defer close(s.done)
+	for {
+		panicked, err := s.serveRecovered()
+		if !panicked {
+			if err != nil && !s.closed.Load() && !errors.Is(err, net.ErrClosed) {
+				s.err = err
+				s.log.Error(err, "dhcp server stopped")
+			}
+			return
+		}
+		if s.closed.Load() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // no busy loop should the panic come back at once
+	}
+}
+
+func (s *DHCPServer) serveRecovered() (panicked bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = true
+			s.panics.Add(1)
+			s.log.Error(fmt.Errorf("panic: %v", p), "dhcp serving loop recovered; serving on", "stack", string(debug.Stack()))
+		}
+	}()
+	return false, s.serve()
+}
+
+func (s *DHCPServer) serve() error {
+	buf := make([]byte, maxDHCPPacket)
+	for {
+		n, peer, err := s.conn.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		s.serveOne(peer, buf[:n])
+	}
+}
+
+// serveOne answers one packet, recovering a panic in its handling: the packet is dropped, the
+// panic logged with the VM's identity (the logger's values), and serving goes on.
+func (s *DHCPServer) serveOne(peer net.Addr, pkt []byte) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.panics.Add(1)
+			s.log.Error(fmt.Errorf("panic: %v", p), "dhcp packet dropped: handling it panicked",
+				"from", peer.String(), "length", len(pkt), "stack", string(debug.Stack()))
+		}
+	}()
+	out, typ, err := s.handlePacket(&s.cfg, pkt)
+	if err != nil {
+		s.log.V(2).Info("dhcp packet ignored", "from", peer.String(), "reason", err.Error())
+		return
+	}
+	if out == nil {
+		return
+	}
+	to, ok := peer.(*net.UDPAddr)
+	if !ok {
+		return
+	}
+	// A client without an address yet is answered by broadcast, and so is every NAK
+	// (RFC 2131 4.1, 4.3.2).
+	if to.IP == nil || to.IP.IsUnspecified() || typ == dhcpv4.MessageTypeNak {
+		to = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
+	}
+	if _, err := s.conn.WriteTo(out, to); err != nil {
+		s.log.Error(err, "dhcp reply", "to", to.String())
+		return
+	}
+	s.log.V(1).Info("dhcp reply", "type", typ.String(), "to", to.String())
+}
+
+// errNotForUs is a well-formed request this server does not answer.
+var errNotForUs = errors.New("not a request for this server")
+
+// handlePacket is the answer, encoded, to the raw request pkt, with its message type; no answer
+// and an error saying why when pkt is malformed or not for this server. It has no recover of its
+// own (the fuzz target calls it directly, so a panic fails it); the server wraps it in one.
+func (c *DHCPConfig) handlePacket(pkt []byte) ([]byte, dhcpv4.MessageType, error) {
+	req, err := dhcpv4.FromBytes(pkt)
+	if err != nil {
+		return nil, dhcpv4.MessageTypeNone, err
+	}
+	resp := c.reply(req)
 	if resp == nil {
-		s.log.V(2).Info("ignored", "type", req.MessageType().String(), "mac", req.ClientHWAddr.String())
-		return
+		return nil, dhcpv4.MessageTypeNone, fmt.Errorf("%w: %s from %s", errNotForUs, req.MessageType(), req.ClientHWAddr)
 	}
-	if resp.MessageType() == dhcpv4.MessageTypeNak {
-		// RFC 2131 4.3.2: a NAK is always broadcast.
-		peer = &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ClientPort}
-	}
-	if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
-		s.log.Error(err, "dhcp reply", "to", peer.String())
-		return
-	}
-	s.log.V(1).Info("dhcp reply", "type", resp.MessageType().String(), "to", peer.String(), "ip", resp.YourIPAddr.String())
+	return resp.ToBytes(), resp.MessageType(), nil
 }
 
 // reply is the answer to req, or nil when req is not for this server.
@@ -193,13 +296,4 @@ func dhcpRoute(r Route) *dhcpv4.Route {
 		gw = r.Gateway.AsSlice()
 	}
 	return &dhcpv4.Route{Dest: ipNet(r.Dst), Router: gw}
-}
-
-// dhcpLogger sends the library's messages to logr at debug level.
-type dhcpLogger struct{ log logr.Logger }
-
-func (l dhcpLogger) Printf(format string, v ...any) { l.log.V(2).Info(fmt.Sprintf(format, v...)) }
-
-func (l dhcpLogger) PrintMessage(prefix string, m *dhcpv4.DHCPv4) {
-	l.log.V(2).Info(prefix, "message", m.Summary())
 }

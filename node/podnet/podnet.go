@@ -39,6 +39,8 @@ func (p *Plumber) Setup(ctx context.Context, nsPath string, vmi *v1.VirtualMachi
 			return nil, fmt.Errorf("macAddress: %w", err)
 		}
 	}
+	// The binding's DHCP server logs with the VM's identity (the context's logger has its name).
+	ctx = logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("vmiUID", string(vmi.UID), "interface", iface.Name))
 	dhcp := netplumb.DHCPOptions{Hostname: hostname(vmi)}
 	var b netplumb.Binding
 	masq := iface.Masquerade != nil
