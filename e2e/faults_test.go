@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,8 +116,24 @@ func TestLauncherPodDeletion(t *testing.T) {
 	if len(alive(qemu)) != 0 {
 		t.Errorf("the old QEMU %v still runs", qemu)
 	}
-	if second := getVMI(t, c, "phoenix"); second.UID == first.UID || second.UID == types.UID("") {
+	second := getVMI(t, c, "phoenix")
+	if second.UID == first.UID || second.UID == types.UID("") {
 		t.Errorf("VMI uid %s, first was %s", second.UID, first.UID)
+	}
+	// The old VMI's directory (logs, sockets, cloud-init ISO) goes with its VMI and pod; the
+	// new one's stays.
+	oldDir := c.VMDir(first.Status.NodeName, string(first.UID))
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		if _, err := os.Lstat(oldDir); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the directory of the replaced VMI is still there: %s", oldDir)
+			break
+		}
+	}
+	if _, err := os.Stat(c.VMDir(second.Status.NodeName, string(second.UID))); err != nil {
+		t.Errorf("the running VMI's directory: %v", err)
 	}
 }
 

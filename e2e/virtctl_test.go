@@ -262,6 +262,36 @@ func TestLocalConsoleThroughAPseudoTerminal(t *testing.T) {
 	}
 }
 
+// TestLocalConsoleRefusesALinkedSocket: a launcher pod that puts a symbolic link where its serial
+// socket was gets no console, even when the link leads to the real socket (which a plain dial
+// would follow): the node agent refuses it, and virtctl says why.
+func TestLocalConsoleRefusesALinkedSocket(t *testing.T) {
+	kubeconfig, bin, _ := cluster(t)
+	c := localStack(t)
+	vmi := getVMI(t, c, vmName)
+	dir := c.VMDir(vmi.Status.NodeName, string(vmi.UID))
+	sock, moved := filepath.Join(dir, "serial0.sock"), filepath.Join(dir, "serial0.sock.moved")
+	if err := os.Rename(sock, moved); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.Remove(sock)
+		if err := os.Rename(moved, sock); err != nil {
+			t.Errorf("putting the serial socket back: %v", err)
+		}
+	})
+	if err := os.Symlink("serial0.sock.moved", sock); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := virtctl(t, kubeconfig, bin, "console", "--timeout=1", vmName)
+	if code == 0 {
+		t.Fatalf("virtctl console connected through the link; stderr %q", stderr)
+	}
+	if !strings.Contains(stderr, "serial0.sock in directory ") || !strings.Contains(stderr, "is a symbolic link (to serial0.sock.moved); refusing to follow it") {
+		t.Errorf("virtctl console failed without saying why: %q", stderr)
+	}
+}
+
 func TestLocalVNCProxyOnly(t *testing.T) {
 	kubeconfig, bin, _ := cluster(t)
 	lines, stop := background(t, kubeconfig, bin, "vnc", "--proxy-only", vmName)
