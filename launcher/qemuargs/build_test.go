@@ -86,9 +86,9 @@ func TestBuildGolden(t *testing.T) {
 				{Name: "scratch", Bus: launcherapi.Bus_BUS_SCSI, Source: &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: gib}}},
 			}
 		}),
-		"pvc-readonly-qcow2": with(func(s *launcherapi.VMSpec) {
+		"pvc-readonly-raw": with(func(s *launcherapi.VMSpec) {
 			s.Disks = []*launcherapi.Disk{{Name: "data", Bus: launcherapi.Bus_BUS_VIRTIO, ReadOnly: true,
-				Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: "/pvc/data/disk.img", Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}}
+				Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: "/pvc/data/disk.img", Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW}}}}
 		}),
 		"cloud-init-virtio": with(func(s *launcherapi.VMSpec) {
 			s.Disks = []*launcherapi.Disk{
@@ -163,6 +163,10 @@ func TestBuildRejectsBadSpecs(t *testing.T) {
 			s.Disks = []*launcherapi.Disk{containerDisk("ok", launcherapi.Bus_BUS_VIRTIO),
 				{Name: "d", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{}}}}
 		}), "spec.disks[1].file.path", field.ErrorTypeRequired},
+		{"file disk as qcow2", with(func(s *launcherapi.VMSpec) {
+			s.Disks = []*launcherapi.Disk{{Name: "h", Bus: launcherapi.Bus_BUS_VIRTIO,
+				Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: "/host/disk.img", Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}}
+		}), "spec.disks[0].file.format", field.ErrorTypeNotSupported},
 		{"container disk without base", with(func(s *launcherapi.VMSpec) {
 			s.Disks = []*launcherapi.Disk{{Name: "d", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{ContainerDisk: &launcherapi.ContainerDiskSource{}}}}
 		}), "spec.disks[0].container_disk.base_path", field.ErrorTypeRequired},
@@ -225,6 +229,63 @@ func TestBuildRejectsBadSpecs(t *testing.T) {
 				t.Errorf("error %T does not expose the individual field errors", err)
 			}
 		})
+	}
+}
+
+// TestFileDisksAreRawOverTheirFileNode: a file used in place (hostDisk, a claim's disk.img), on
+// every bus and read-only or not, gets a format node of driver raw over its own file node, so
+// QEMU never probes the file's content for a format (and a qcow2 header the guest wrote there
+// names no backing file).
+func TestFileDisksAreRawOverTheirFileNode(t *testing.T) {
+	file := func(name string, bus launcherapi.Bus, ro bool) *launcherapi.Disk {
+		return &launcherapi.Disk{Name: name, Bus: bus, ReadOnly: ro,
+			Source: &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: "/host/" + name + "/disk.img"}}}
+	}
+	spec := with(func(s *launcherapi.VMSpec) {
+		s.Disks = []*launcherapi.Disk{containerDisk("root", launcherapi.Bus_BUS_VIRTIO),
+			file("a", launcherapi.Bus_BUS_VIRTIO, false), file("b", launcherapi.Bus_BUS_SATA, true), file("c", launcherapi.Bus_BUS_SCSI, false)}
+	})
+	argv, err := Build(spec, testLayout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blockdevs []map[string]string
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] != "-blockdev" {
+			continue
+		}
+		kv := map[string]string{}
+		for _, pair := range strings.Split(argv[i+1], ",") {
+			k, v, _ := strings.Cut(pair, "=")
+			kv[k] = v
+		}
+		blockdevs = append(blockdevs, kv)
+	}
+	nodes := map[string]map[string]string{}
+	for _, b := range blockdevs {
+		nodes[b["node-name"]] = b
+	}
+	checked := 0
+	for _, b := range blockdevs {
+		if b["driver"] != "file" || !strings.HasPrefix(b["filename"], "/host/") {
+			continue
+		}
+		var format map[string]string
+		for _, f := range blockdevs {
+			if f["file"] == b["node-name"] {
+				format = f
+			}
+		}
+		if format == nil || format["driver"] != "raw" || format["backing"] != "" {
+			t.Errorf("file node %v has format node %v, want driver=raw over it", b, format)
+		}
+		checked++
+	}
+	if checked != 3 {
+		t.Fatalf("found %d host files among %v", checked, blockdevs)
+	}
+	if root := nodes["fmt-0"]; root["driver"] != "qcow2" {
+		t.Errorf("the container disk's overlay is %v", root)
 	}
 }
 

@@ -125,7 +125,11 @@ func validateSource(d *launcherapi.Disk, dp *field.Path) field.ErrorList {
 		if src.File.GetPath() == "" {
 			return field.ErrorList{field.Required(dp.Child("file", "path"), "a file disk needs a path")}
 		}
-		return validFormat(src.File.GetFormat(), dp.Child("file", "format"))
+		// A file used in place (hostDisk, a claim's disk.img) is written by the guest, so it is
+		// raw: as qcow2, a header the guest wrote would name the backing file QEMU opens.
+		if f := src.File.GetFormat(); f != launcherapi.ImageFormat_IMAGE_FORMAT_RAW {
+			return field.ErrorList{field.NotSupported(dp.Child("file", "format"), f.String(), []string{"IMAGE_FORMAT_RAW"})}
+		}
 	case *launcherapi.Disk_EmptyDisk:
 		if c := src.EmptyDisk.GetCapacityBytes(); c == 0 {
 			return field.ErrorList{field.Required(dp.Child("empty_disk", "capacity_bytes"), "an empty disk needs a capacity")}

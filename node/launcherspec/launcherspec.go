@@ -280,7 +280,10 @@ func otherSource(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineIns
 	case vol.EmptyDisk != nil:
 		ld.Source = &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: uint64(vol.EmptyDisk.Capacity.Value())}}
 	case vol.HostDisk != nil:
-		fs := &launcherapi.FileSource{Path: vol.HostDisk.Path}
+		// A hostDisk is raw, as in KubeVirt: its format is never read from the file, which the
+		// guest writes (a qcow2 header written there would otherwise name a backing file of
+		// the guest's choosing at the next boot).
+		fs := &launcherapi.FileSource{Path: vol.HostDisk.Path, Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW}
 		if vol.HostDisk.Type == "DiskOrCreate" {
 			fs.CreateBytes = uint64(vol.HostDisk.Capacity.Value())
 		}
@@ -293,9 +296,9 @@ func otherSource(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineIns
 		if err != nil {
 			return err
 		}
-		// A claim's file may not exist yet (the launcher creates it); then it is raw.
-		format, _ := imageFormat(os.Open, path)
-		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: path, Format: format}}
+		// A claim's disk.img is raw, as in KubeVirt, and for the hostDisk's reason: the guest
+		// writes it, so its content never decides its format.
+		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: path, Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW}}
 	default:
 		return errors.New("this volume type is not supported by qvirt")
 	}
@@ -319,7 +322,9 @@ func pick(plain, b64 string) (string, error) {
 	return string(b), err
 }
 
-// imageFormat reads the qcow2 magic; anything else is used raw, as QEMU would probe it.
+// imageFormat reads the qcow2 magic of a containerDisk's file; anything else is used raw. Only
+// read-only image files are looked at this way (the guest writes to an overlay), never a file
+// the guest writes.
 func imageFormat(open func(string) (*os.File, error), path string) (launcherapi.ImageFormat, error) {
 	f, err := open(path)
 	if err != nil {

@@ -188,3 +188,33 @@ func TestStartStrategyPausedStartsThePausedGuest(t *testing.T) {
 		t.Fatalf("startStrategy Paused: start_paused %v, %v", spec.GetStartPaused(), err)
 	}
 }
+
+// TestGuestWrittenFilesAreRaw: a hostDisk and a claim's disk.img are raw whatever they hold. The
+// guest writes them, and a qcow2 header it wrote must not decide their format at the next boot.
+func TestGuestWrittenFilesAreRaw(t *testing.T) {
+	dir := t.TempDir()
+	host, claim := filepath.Join(dir, "host.img"), filepath.Join(dir, "claim.img")
+	for _, p := range []string{host, claim} {
+		if err := os.WriteFile(p, []byte("QFI\xfb\x00\x00\x00\x03"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem := resource.MustParse("128Mi")
+	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{
+		Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &mem}, Devices: v1.Devices{Disks: []v1.Disk{{Name: "host"}, {Name: "claim"}}}},
+		Volumes: []v1.Volume{
+			{Name: "host", VolumeSource: v1.VolumeSource{HostDisk: &v1.HostDisk{Path: host, Type: "Disk"}}},
+			{Name: "claim", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}},
+		},
+	}}
+	spec, err := Build(vmi, Env{PVCPath: func(string) (string, error) { return claim, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{host, claim} {
+		f := spec.Disks[i].GetFile()
+		if f.GetPath() != want || f.GetFormat() != launcherapi.ImageFormat_IMAGE_FORMAT_RAW {
+			t.Errorf("disk %d: %v, want %s raw", i, f, want)
+		}
+	}
+}
