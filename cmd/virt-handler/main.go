@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/qvirt/qvirt/node/agent"
+	"github.com/qvirt/qvirt/node/handler"
+	"github.com/qvirt/qvirt/node/nodeapi"
 	"github.com/qvirt/qvirt/node/podnet"
 )
 
@@ -31,6 +33,10 @@ func main() {
 	flag.StringVar(&o.ClientCAFile, "client-ca-file", "/etc/virt-handler/clientca/ca.crt", "CA of virt-api's client certificate")
 	flag.StringVar(&o.MetricsListen, "metrics-listen", ":8443", "address of /metrics; empty disables it")
 	flag.DurationVar(&o.StatsInterval, "stats-interval", 10*time.Second, "how often VM statistics are refreshed for scrapes")
+	o.APILimits = nodeapi.DefaultLimits()
+	o.APILimits.RegisterFlags(flag.CommandLine)
+	flag.DurationVar(&o.LauncherCallTimeout, "launcher-call-timeout", handler.DefaultLauncherCallTimeout, "how long a command or screenshot waits for a VM's launcher")
+	flag.IntVar(&o.MaxPortForwardsPerVMI, "max-port-forwards-per-vmi", handler.DefaultMaxPortForwardsPerVMI, "port-forward streams open to one VMI at once; more are answered 429; 0: no cap")
 	flag.Parse()
 
 	log := klog.Background().WithName("virt-handler").WithValues("node", o.NodeName)

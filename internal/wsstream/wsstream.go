@@ -81,6 +81,14 @@ func (c *Conn) nextBinary() (io.Reader, error) {
 	}
 }
 
+// SetWriteDeadline bounds the writes that follow, as net.Conn's does: a write that cannot
+// finish by t fails, and the websocket is unusable afterwards.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.ws.SetWriteDeadline(t)
+}
+
 func (c *Conn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -110,7 +118,10 @@ func (c *Conn) ping(every time.Duration) {
 		case <-c.closed:
 			return
 		case <-t.C:
+			// A ping that cannot be sent means a peer that is gone or no longer reads:
+			// closing ends whatever copies to or from this stream.
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(5*time.Second)); err != nil {
+				_ = c.Close()
 				return
 			}
 		}
@@ -118,16 +129,55 @@ func (c *Conn) ping(every time.Duration) {
 }
 
 // Splice copies both ways until either side ends, then closes both.
-func Splice(a, b io.ReadWriteCloser) {
+func Splice(a, b io.ReadWriteCloser) { SpliceTimeout(a, b, 0) }
+
+// writeDeadliner is a stream whose writes can be bounded in time (net.Conn, Conn).
+type writeDeadliner interface {
+	SetWriteDeadline(time.Time) error
+}
+
+// SpliceTimeout is Splice where no single write may block longer than writeTimeout (0: no
+// bound) on a side that supports write deadlines: a peer that stops reading fails the write,
+// which ends the splice and closes both sides, so it cannot hold the copying goroutines.
+func SpliceTimeout(a, b io.ReadWriteCloser, writeTimeout time.Duration) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	cp := func(dst, src io.ReadWriteCloser) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		_ = copyTimeout(dst, src, writeTimeout)
 		_ = dst.Close()
 		_ = src.Close()
 	}
 	go cp(a, b)
 	go cp(b, a)
 	wg.Wait()
+}
+
+// copyTimeout is io.Copy with a deadline set before every write. It does not use WriterTo or
+// ReaderFrom, which would write without the deadline.
+func copyTimeout(dst io.Writer, src io.Reader, d time.Duration) error {
+	wd, _ := dst.(writeDeadliner)
+	if d <= 0 {
+		wd = nil
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if wd != nil {
+				if err := wd.SetWriteDeadline(time.Now().Add(d)); err != nil {
+					return err
+				}
+			}
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				return nil
+			}
+			return rerr
+		}
+	}
 }

@@ -32,6 +32,7 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/internal/httplimit"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/handler"
 	vmimetrics "github.com/qvirt/qvirt/node/metrics"
@@ -67,6 +68,12 @@ type Options struct {
 	MetricsListen string
 	// StatsInterval is how often each VM's statistics are refreshed for scrapes.
 	StatsInterval time.Duration
+
+	// APILimits bound the node API's server (nodeapi.DefaultLimits when zero).
+	APILimits httplimit.Limits
+	// LauncherCallTimeout and MaxPortForwardsPerVMI: see handler.Options.
+	LauncherCallTimeout   time.Duration
+	MaxPortForwardsPerVMI int
 
 	Log logr.Logger
 }
@@ -116,8 +123,10 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	}
 	h := handler.New(mgr.GetClient(), handler.Options{
 		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, LauncherUID: o.LauncherUID, Network: o.Network,
-		UseEmulation: func() bool { return watcher.Current().UseEmulation },
-		Log:          log.WithName("handler"),
+		UseEmulation:          func() bool { return watcher.Current().UseEmulation },
+		LauncherCallTimeout:   o.LauncherCallTimeout,
+		MaxPortForwardsPerVMI: o.MaxPortForwardsPerVMI,
+		Log:                   log.WithName("handler"),
 	})
 	if err := h.SetupWithManager(mgr); err != nil {
 		return nil, err
@@ -144,7 +153,10 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	a := &Agent{Handler: h, APIAddr: l.Addr(), Manager: mgr, Config: watcher, errc: make(chan error, 2),
 		endpoint: fmt.Sprintf("https://%s", net.JoinHostPort(o.AdvertiseHost, fmt.Sprint(port)))}
-	hs := &http.Server{Handler: nodeapi.NewHandler(h.Backend(), log.WithName("nodeapi")), ReadHeaderTimeout: 30 * time.Second}
+	if o.APILimits == (httplimit.Limits{}) {
+		o.APILimits = nodeapi.DefaultLimits()
+	}
+	hs := nodeapi.NewServer(h.Backend(), log.WithName("nodeapi"), o.APILimits)
 	go func() {
 		<-ctx.Done()
 		_ = hs.Close()

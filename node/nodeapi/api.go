@@ -54,6 +54,9 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrBadRequest: the request itself is malformed.
 	ErrBadRequest = errors.New("bad request")
+	// ErrTooManyRequests: the node agent serves as many requests or streams as it may, or the
+	// VMI has as many streams of the kind open as it may; try again later.
+	ErrTooManyRequests = errors.New("too many requests")
 )
 
 // EndpointAnnotation is set on each Node by its node agent: where virt-api reaches it.

@@ -8,9 +8,12 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/gorilla/websocket"
+
+	"github.com/qvirt/qvirt/internal/httplimit"
 )
 
 // errorBody is how the node agent reports a failure; Reason names one of the sentinel errors.
@@ -29,11 +32,40 @@ var reasons = []struct {
 	{ErrSessionBusy, "SessionBusy", http.StatusServiceUnavailable},
 	{ErrUnavailable, "Unavailable", http.StatusServiceUnavailable},
 	{ErrBadRequest, "BadRequest", http.StatusBadRequest},
+	// httplimit's 429 answers carry this reason too.
+	{ErrTooManyRequests, "TooManyRequests", http.StatusTooManyRequests},
 }
 
-// NewHandler serves the node API over b. Authentication (mutual TLS) is the listener's job.
-func NewHandler(b Backend, log logr.Logger) http.Handler {
-	s := &server{b: b, log: log, up: websocket.Upgrader{
+// maxBodyBytes caps request bodies: no request of the node API has one.
+const maxBodyBytes = 4 << 10
+
+// DefaultLimits are the node API's server limits unless configured otherwise. Its only client
+// is virt-api, which opens a connection per request; commands wait for the launcher at most
+// handler.Options.LauncherCallTimeout, well within WriteTimeout.
+func DefaultLimits() httplimit.Limits {
+	return httplimit.Limits{
+		ReadHeaderTimeout:  10 * time.Second,
+		ReadTimeout:        30 * time.Second,
+		WriteTimeout:       60 * time.Second,
+		IdleTimeout:        90 * time.Second,
+		MaxHeaderBytes:     64 << 10,
+		MaxInFlight:        100,
+		MaxStreams:         512,
+		RetryAfter:         time.Second,
+		StreamWriteTimeout: 30 * time.Second,
+	}
+}
+
+// NewServer returns the server of the node API over b, within lim. Authentication (mutual
+// TLS) is the listener's job.
+func NewServer(b Backend, log logr.Logger, lim httplimit.Limits) *http.Server {
+	return lim.Server(httplimit.MaxBody(newHandler(b, log, lim.StreamWriteTimeout), maxBodyBytes))
+}
+
+// newHandler serves the node API over b; each write of a stream may block at most
+// streamWriteTimeout.
+func newHandler(b Backend, log logr.Logger, streamWriteTimeout time.Duration) http.Handler {
+	s := &server{b: b, log: log, streamWriteTimeout: streamWriteTimeout, up: websocket.Upgrader{
 		Subprotocols: []string{Subprotocol},
 		// virt-api is the only client and authenticated by its certificate; browsers never
 		// talk to this API, so the Origin check has nothing to protect.
@@ -64,9 +96,10 @@ func NewHandler(b Backend, log logr.Logger) http.Handler {
 }
 
 type server struct {
-	b   Backend
-	log logr.Logger
-	up  websocket.Upgrader
+	b                  Backend
+	log                logr.Logger
+	up                 websocket.Upgrader
+	streamWriteTimeout time.Duration
 }
 
 func vmiOf(r *http.Request) VMI {
@@ -120,7 +153,7 @@ func (s *server) stream(open func(context.Context, VMI, *http.Request) (io.ReadW
 		}
 		log := s.log.WithValues("vmi", vmi.String(), "path", r.URL.Path)
 		log.V(1).Info("stream opened")
-		Splice(NewWebsocketStream(ws), backend)
+		SpliceTimeout(NewWebsocketStream(ws), backend, s.streamWriteTimeout)
 		log.V(1).Info("stream closed")
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/qvirt/qvirt/internal/httplimit"
 	"github.com/qvirt/qvirt/internal/pki"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/nodeapi"
@@ -32,6 +32,10 @@ type Fake struct {
 	vncOpen  map[nodeapi.VMI]io.Closer
 	// PNG is what Screenshot returns.
 	PNG []byte
+	// OpenConsole, when set, opens consoles instead of the echo.
+	OpenConsole func(nodeapi.VMI) (io.ReadWriteCloser, error)
+	// BeforeCommand, when set, runs before each command; a test can hold commands there.
+	BeforeCommand func(context.Context, nodeapi.VMI, nodeapi.Command)
 }
 
 // NewFake knows the given VMIs.
@@ -65,6 +69,9 @@ func (f *Fake) Commands() []string {
 func (f *Fake) Console(_ context.Context, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 	if err := f.check(vmi, "console"); err != nil {
 		return nil, err
+	}
+	if f.OpenConsole != nil {
+		return f.OpenConsole(vmi)
 	}
 	a, b := net.Pipe()
 	go func() {
@@ -124,9 +131,12 @@ func (f *Fake) Screenshot(_ context.Context, vmi nodeapi.VMI) ([]byte, error) {
 }
 
 // Command tracks pause state so pause/unpause conflicts can be tested.
-func (f *Fake) Command(_ context.Context, vmi nodeapi.VMI, cmd nodeapi.Command) error {
+func (f *Fake) Command(ctx context.Context, vmi nodeapi.VMI, cmd nodeapi.Command) error {
 	if err := f.check(vmi, string(cmd)); err != nil {
 		return err
+	}
+	if f.BeforeCommand != nil {
+		f.BeforeCommand(ctx, vmi, cmd)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -145,6 +155,26 @@ func (f *Fake) Command(_ context.Context, vmi nodeapi.VMI, cmd nodeapi.Command) 
 	return nil
 }
 
+// Flood is a console that writes without pause, as a guest printing endlessly does. closed
+// is closed once the stream is: by the server, when it gives up on a client that stopped
+// reading.
+func Flood() (stream io.ReadWriteCloser, closed <-chan struct{}) {
+	a, b := net.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer b.Close()
+		go func() { _, _ = io.Copy(io.Discard, b) }()
+		line := []byte("all work and no play makes Jack a dull boy\r\n")
+		for {
+			if _, err := b.Write(line); err != nil {
+				return
+			}
+		}
+	}()
+	return a, done
+}
+
 // Env is a node API server with its PKI.
 type Env struct {
 	Endpoint nodeapi.Endpoint
@@ -158,8 +188,14 @@ type Env struct {
 // NodeName is the node the server's certificate is issued for.
 const NodeName = "node-1"
 
-// Start serves backend over mutual TLS on loopback.
+// Start serves backend over mutual TLS on loopback, within the node API's default limits.
 func Start(t testing.TB, backend nodeapi.Backend) *Env {
+	t.Helper()
+	return StartLimited(t, backend, nodeapi.DefaultLimits())
+}
+
+// StartLimited is Start within lim.
+func StartLimited(t testing.TB, backend nodeapi.Backend, lim httplimit.Limits) *Env {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := pki.NewCA("qvirt-test-ca", time.Hour)
@@ -194,7 +230,7 @@ func Start(t testing.TB, backend nodeapi.Backend) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: nodeapi.NewHandler(backend, logr.Discard())}
+	hs := nodeapi.NewServer(backend, logr.Discard(), lim)
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
 
