@@ -103,6 +103,9 @@ func (b backend) PortForward(ctx context.Context, vmi nodeapi.VMI, port int, pro
 	if nic == nil {
 		return nil, fmt.Errorf("%w: %s has no pod network interface", nodeapi.ErrConflict, vmi)
 	}
+	if !st.takeForward(b.h.opts.MaxPortForwardsPerVMI) {
+		return nil, fmt.Errorf("%w: %s has %d port-forward streams open, as many as it may", nodeapi.ErrTooManyRequests, vmi, b.h.opts.MaxPortForwardsPerVMI)
+	}
 	target := net.JoinHostPort(nic.GuestAddr, strconv.Itoa(port))
 	var conn net.Conn
 	switch {
@@ -113,9 +116,10 @@ func (b backend) PortForward(ctx context.Context, vmi nodeapi.VMI, port int, pro
 		conn, err = d.DialContext(ctx, protocol, target)
 	}
 	if err != nil {
+		st.releaseForward()
 		return nil, fmt.Errorf("%w: %s: %v", nodeapi.ErrUnavailable, target, err)
 	}
-	return conn, nil
+	return &forward{Conn: conn, release: st.releaseForward}, nil
 }
 
 func (b backend) Screenshot(ctx context.Context, vmi nodeapi.VMI) ([]byte, error) {
@@ -123,6 +127,8 @@ func (b backend) Screenshot(ctx context.Context, vmi nodeapi.VMI) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := b.h.launcherCall(ctx)
+	defer cancel()
 	resp, err := st.launcher().client.Screenshot(ctx, &launcherapi.Empty{})
 	if err != nil {
 		return nil, fromGRPC(err)
@@ -136,6 +142,8 @@ func (b backend) Command(ctx context.Context, vmi nodeapi.VMI, cmd nodeapi.Comma
 		return err
 	}
 	c := st.launcher().client
+	ctx, cancel := b.h.launcherCall(ctx)
+	defer cancel()
 	switch cmd {
 	case nodeapi.Pause:
 		_, err = c.Pause(ctx, &launcherapi.Empty{})
@@ -163,23 +171,22 @@ func fromGRPC(err error) error {
 		return fmt.Errorf("%w: %s", nodeapi.ErrUnavailable, status.Convert(err).Message())
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", nodeapi.ErrBadRequest, status.Convert(err).Message())
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: the launcher did not answer in time: %s", nodeapi.ErrUnavailable, status.Convert(err).Message())
+	case codes.Canceled:
+		// The connection to a launcher that stopped answering was closed under the call.
+		return fmt.Errorf("%w: %s", nodeapi.ErrUnavailable, status.Convert(err).Message())
 	}
 	return err
 }
 
-// openSession keeps one session of a kind per VM: a new one closes the old, unless the caller
-// asked to preserve it.
+// openSession keeps one session of a kind per VM, as KubeVirt's virt-handler does: a new one
+// takes over, closing the old, unless the caller asked to preserve it. Two opened at once end
+// with the later one open.
 func (st *vmState) openSession(kind string, preserve bool, dial func() (net.Conn, error)) (io.ReadWriteCloser, error) {
-	st.mu.Lock()
-	if old := st.sessions[kind]; old != nil {
-		if preserve {
-			st.mu.Unlock()
-			return nil, fmt.Errorf("%w: a %s session is already open", nodeapi.ErrSessionBusy, kind)
-		}
-		_ = old.Close()
-		delete(st.sessions, kind)
+	if preserve && st.session(kind) != nil {
+		return nil, fmt.Errorf("%w: a %s session is already open", nodeapi.ErrSessionBusy, kind)
 	}
-	st.mu.Unlock()
 	conn, err := dial()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", nodeapi.ErrUnavailable, kind, err)
@@ -193,9 +200,25 @@ func (st *vmState) openSession(kind string, preserve bool, dial func() (net.Conn
 		}
 	}
 	st.mu.Lock()
+	old := st.sessions[kind]
+	if old != nil && preserve {
+		st.mu.Unlock()
+		_ = conn.Close()
+		return nil, fmt.Errorf("%w: a %s session is already open", nodeapi.ErrSessionBusy, kind)
+	}
 	st.sessions[kind] = s
 	st.mu.Unlock()
+	// Outside the lock: closing a session takes it.
+	if old != nil {
+		_ = old.Close()
+	}
 	return s, nil
+}
+
+func (st *vmState) session(kind string) io.Closer {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.sessions[kind]
 }
 
 type session struct {
@@ -207,4 +230,33 @@ type session struct {
 func (s *session) Close() error {
 	s.once.Do(s.onClose)
 	return s.Conn.Close()
+}
+
+// forward is a port-forward connection; closing it frees its place among the VMI's forwards.
+type forward struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (f *forward) Close() error {
+	f.once.Do(f.release)
+	return f.Conn.Close()
+}
+
+// takeForward reserves a place for one more port-forward of the VM, at most limit (0: any).
+func (st *vmState) takeForward(limit int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if limit > 0 && st.forwards >= limit {
+		return false
+	}
+	st.forwards++
+	return true
+}
+
+func (st *vmState) releaseForward() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.forwards--
 }

@@ -4,6 +4,7 @@
 package handler
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -27,8 +28,20 @@ type Options struct {
 	Network     Network
 	// UseEmulation reports whether guests run under software emulation (KubeVirt CR).
 	UseEmulation func() bool
-	Log          logr.Logger
+	// LauncherCallTimeout bounds a node API request's call to a launcher (commands,
+	// screenshots), so that a launcher that hangs fails its own requests only.
+	LauncherCallTimeout time.Duration
+	// MaxPortForwardsPerVMI caps the port-forward streams open to one VMI at once; 0: no cap.
+	// Console and VNC have one session each per VMI.
+	MaxPortForwardsPerVMI int
+	Log                   logr.Logger
 }
+
+// Defaults of Options.
+const (
+	DefaultLauncherCallTimeout   = 20 * time.Second
+	DefaultMaxPortForwardsPerVMI = 32
+)
 
 // Handler tracks the VMs on this node.
 type Handler struct {
@@ -53,6 +66,9 @@ func New(c client.Client, opts Options) *Handler {
 	}
 	if opts.UseEmulation == nil {
 		opts.UseEmulation = func() bool { return false }
+	}
+	if opts.LauncherCallTimeout <= 0 {
+		opts.LauncherCallTimeout = DefaultLauncherCallTimeout
 	}
 	return &Handler{opts: opts, client: c, log: opts.Log, vms: map[types.UID]*vmState{}, byName: map[types.NamespacedName]types.UID{},
 		wake: make(chan event.GenericEvent, 1024), sweep: make(chan struct{}, 1)}
@@ -93,6 +109,11 @@ func (h *Handler) forget(st *vmState) {
 	if h.byName[st.key] == st.uid {
 		delete(h.byName, st.key)
 	}
+}
+
+// launcherCall bounds a call to a launcher made for a node API request.
+func (h *Handler) launcherCall(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, h.opts.LauncherCallTimeout)
 }
 
 // requeue asks for a reconcile of key without blocking the caller.

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -29,6 +30,8 @@ func (p StatsPoller) Start(ctx context.Context) error {
 	}
 }
 
+// pollStats refreshes every VM's statistics at once, each call with its own deadline, so a
+// launcher that does not answer delays nobody else's.
 func (h *Handler) pollStats(ctx context.Context) {
 	h.mu.Lock()
 	states := make([]*vmState, 0, len(h.vms))
@@ -36,40 +39,50 @@ func (h *Handler) pollStats(ctx context.Context) {
 		states = append(states, st)
 	}
 	h.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, st := range states {
-		lc := st.launcher()
-		if lc == nil || !running(st.lastStatus()) {
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		stats, err := lc.client.Stats(sctx, &launcherapi.Empty{})
-		cancel()
-		if err != nil {
-			h.log.V(1).Info("stats", "vmi", st.key.String(), "err", err.Error())
-			continue
-		}
-		st.mu.Lock()
-		taps := map[string]string{}
-		var names []string
-		for iface, nic := range st.nics {
-			if nic.TapName != "" {
-				taps[nic.TapName] = iface
-				names = append(names, nic.TapName)
-			}
-		}
-		st.mu.Unlock()
-		byIface := map[string]metrics.NetStats{}
-		if len(names) > 0 {
-			if counters, err := metrics.ReadNetDev(lc.pid, names...); err == nil {
-				for tap, c := range counters {
-					byIface[taps[tap]] = c
-				}
-			}
-		}
-		st.mu.Lock()
-		st.stats, st.net = stats, byIface
-		st.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.pollVMStats(ctx, st)
+		}()
 	}
+	wg.Wait()
+}
+
+func (h *Handler) pollVMStats(ctx context.Context, st *vmState) {
+	lc := st.launcher()
+	if lc == nil || !running(st.lastStatus()) {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	stats, err := lc.client.Stats(sctx, &launcherapi.Empty{})
+	cancel()
+	if err != nil {
+		h.log.V(1).Info("stats", "vmi", st.key.String(), "err", err.Error())
+		return
+	}
+	st.mu.Lock()
+	taps := map[string]string{}
+	var names []string
+	for iface, nic := range st.nics {
+		if nic.TapName != "" {
+			taps[nic.TapName] = iface
+			names = append(names, nic.TapName)
+		}
+	}
+	st.mu.Unlock()
+	byIface := map[string]metrics.NetStats{}
+	if len(names) > 0 {
+		if counters, err := metrics.ReadNetDev(lc.pid, names...); err == nil {
+			for tap, c := range counters {
+				byIface[taps[tap]] = c
+			}
+		}
+	}
+	st.mu.Lock()
+	st.stats, st.net = stats, byIface
+	st.mu.Unlock()
 }
 
 // Snapshot is the metrics collector's view of the cache.

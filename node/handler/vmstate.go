@@ -27,6 +27,8 @@ type vmState struct {
 	stopping bool
 	// sessions holds the open console and VNC session per kind: one each per VMI.
 	sessions map[string]closer
+	// forwards counts the open port-forward connections.
+	forwards int
 	cancel   context.CancelFunc
 
 	// labels and stats feed the metrics collector; stats is refreshed by the stats poller.
@@ -56,11 +58,15 @@ func (st *vmState) launcher() *launcherConn {
 // close ends sessions and the event watch, and the launcher connection.
 func (st *vmState) close() {
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	for k, s := range st.sessions {
+	sessions := st.sessions
+	st.sessions = map[string]closer{}
+	st.mu.Unlock()
+	// Outside the lock: closing a session takes it.
+	for _, s := range sessions {
 		_ = s.Close()
-		delete(st.sessions, k)
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if st.cancel != nil {
 		st.cancel()
 	}
