@@ -7,6 +7,7 @@ package webhooks
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,8 +35,9 @@ const (
 	MigrationUpdateValidatePath = "/migration-validate-update"
 )
 
-// maxReviewBytes is above the API server's own 3 MiB object limit plus an old object.
-const maxReviewBytes = 8 << 20
+// DefaultMaxReviewBytes is above what the API server sends: an object within its 3 MiB request
+// limit plus, for an update, the old object as stored (etcd's 1.5 MiB), in JSON.
+const DefaultMaxReviewBytes = 8 << 20
 
 type admitFunc func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
@@ -70,8 +72,18 @@ func (s *server) handler(path string, admit admitFunc) http.Handler {
 			http.Error(w, "admission reviews are sent with POST", http.StatusMethodNotAllowed)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReviewBytes))
-		if err != nil {
+		max := s.opts.MaxReviewBytes
+		if r.ContentLength > max {
+			writeReview(w, log, http.StatusRequestEntityTooLarge, tooLarge(max))
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			writeReview(w, log, http.StatusRequestEntityTooLarge, tooLarge(max))
+			return
+		case err != nil:
 			writeReview(w, log, http.StatusBadRequest, badRequest("reading the admission review: %v", err))
 			return
 		}
@@ -127,6 +139,11 @@ func writeReview(w http.ResponseWriter, log logr.Logger, code int, resp *admissi
 	if _, err := w.Write(b); err != nil {
 		log.V(1).Info("writing the admission response", "error", err.Error())
 	}
+}
+
+func tooLarge(max int64) *admissionv1.AdmissionResponse {
+	return deny(http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
+		"the admission review is larger than %d bytes", max)
 }
 
 func allow() *admissionv1.AdmissionResponse {

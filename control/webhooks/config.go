@@ -68,6 +68,9 @@ type Options struct {
 	Privileged Privileges
 	// Logger defaults to a no-op logger.
 	Logger logr.Logger
+	// MaxReviewBytes caps an AdmissionReview's size; DefaultMaxReviewBytes when zero. A larger
+	// one is answered 413.
+	MaxReviewBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -76,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
+	}
+	if o.MaxReviewBytes <= 0 {
+		o.MaxReviewBytes = DefaultMaxReviewBytes
 	}
 	return o
 }
