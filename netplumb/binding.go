@@ -46,7 +46,12 @@ type Result struct {
 
 // DHCPOptions are what the guest's DHCP offer carries besides its addressing.
 type DHCPOptions struct {
-	DNS           []netip.Addr
+	// DNS are the resolvers (option 6); only IPv4 ones can be sent.
+	DNS []netip.Addr
+	// DomainName is option 15, the guest's domain.
+	DomainName string
+	// SearchDomains are option 119, encoded without compression; invalid names and those past
+	// the option's 255 bytes are left out.
 	SearchDomains []string
 	Hostname      string
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
-	"github.com/insomniacslk/dhcp/rfc1035label"
 )
 
 // DHCPConfig is the single lease a DHCP server hands out.
@@ -274,15 +273,20 @@ func (c *DHCPConfig) leaseOptions(withAddress bool) []dhcpv4.Modifier {
 	if c.MTU > 0 {
 		m = append(m, dhcpv4.WithGeneric(dhcpv4.OptionInterfaceMTU, []byte{byte(c.MTU >> 8), byte(c.MTU)}))
 	}
-	if len(c.DNS) > 0 {
-		var ips []net.IP
-		for _, a := range c.DNS {
-			ips = append(ips, a.AsSlice())
+	var dns []net.IP
+	for _, a := range c.DNS {
+		if a.Is4() || a.Is4In6() {
+			dns = append(dns, a.Unmap().AsSlice())
 		}
-		m = append(m, dhcpv4.WithDNS(ips...))
 	}
-	if len(c.SearchDomains) > 0 {
-		m = append(m, dhcpv4.WithOption(dhcpv4.OptDomainSearch(&rfc1035label.Labels{Labels: c.SearchDomains})))
+	if len(dns) > 0 {
+		m = append(m, dhcpv4.WithDNS(dns...))
+	}
+	if c.DomainName != "" && validDomainName(c.DomainName) {
+		m = append(m, dhcpv4.WithGeneric(dhcpv4.OptionDomainName, []byte(c.DomainName)))
+	}
+	if search := encodeDomainSearch(c.SearchDomains); len(search) > 0 {
+		m = append(m, dhcpv4.WithGeneric(dhcpv4.OptionDNSDomainSearchList, search))
 	}
 	if c.Hostname != "" {
 		m = append(m, dhcpv4.WithOption(dhcpv4.OptHostName(c.Hostname)))
