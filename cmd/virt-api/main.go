@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/qvirt/qvirt/control/api"
 	"github.com/qvirt/qvirt/control/virtapi"
+	"github.com/qvirt/qvirt/control/webhooks"
 )
 
 func main() {
@@ -30,6 +32,10 @@ func main() {
 	flag.StringVar(&o.NodeClientCertFile, "node-client-cert-file", "/etc/virt-api/node/tls.crt", "client certificate presented to node agents")
 	flag.StringVar(&o.NodeClientKeyFile, "node-client-key-file", "/etc/virt-api/node/tls.key", "client key for node agents")
 	privUsers := flag.String("privileged-users", "", "comma-separated users allowed to edit VMI status (default: the components' service accounts)")
+	o.Limits = virtapi.DefaultLimits()
+	o.Limits.RegisterFlags(flag.CommandLine)
+	flag.Int64Var(&o.MaxWebhookBodyBytes, "max-webhook-body-bytes", webhooks.DefaultMaxReviewBytes, "largest admission review accepted; larger ones are answered 413")
+	flag.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", api.DefaultMaxBodyBytes, "largest subresource request body accepted; larger ones are answered 413")
 	flag.Parse()
 
 	if *allowed != "" {

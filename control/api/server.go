@@ -7,6 +7,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
@@ -38,8 +39,18 @@ type Options struct {
 	Authz      Authorizer
 	Nodes      NodeResolver
 	NodeClient *nodeapi.Client
-	Log        logr.Logger
+	// MaxBodyBytes caps a request's body (DefaultMaxBodyBytes when zero); a larger one is
+	// answered 413. The subresources' options are a few hundred bytes.
+	MaxBodyBytes int64
+	// StreamWriteTimeout bounds each write of a console, VNC or port-forward stream, to the
+	// user or to the node agent (0: no bound): a side that stops reading for that long loses
+	// the stream.
+	StreamWriteTimeout time.Duration
+	Log                logr.Logger
 }
+
+// DefaultMaxBodyBytes is the default of Options.MaxBodyBytes.
+const DefaultMaxBodyBytes = 64 << 10
 
 // Server serves the subresource API.
 type Server struct {
@@ -53,6 +64,9 @@ const prefix = "/apis/" + GroupName + "/v1"
 func NewServer(opts Options) *Server {
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux()}
 	ns := prefix + "/namespaces/{namespace}"
@@ -91,6 +105,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("the server could not find the requested resource (%s %s)", r.Method, r.URL.Path))
 		return
 	}
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		writeError(w, tooLarge(s.opts.MaxBodyBytes))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	// ServeMux.ServeHTTP, not the handler found above: it sets the request's path values.
 	s.mux.ServeHTTP(w, r)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,11 @@ func unauthorized(format string, a ...any) error {
 	return &statusError{http.StatusUnauthorized, metav1.StatusReasonUnauthorized, fmt.Sprintf(format, a...)}
 }
 
+func tooLarge(limit int64) error {
+	return &statusError{http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge,
+		fmt.Sprintf("the request body is larger than %d bytes", limit)}
+}
+
 func notFound(format string, a ...any) error {
 	return &statusError{http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf(format, a...)}
 }
@@ -61,6 +67,9 @@ func toStatus(err error) *metav1.Status {
 		st.Code, st.Reason = http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable
 	case errors.Is(err, nodeapi.ErrBadRequest):
 		st.Code, st.Reason = http.StatusBadRequest, metav1.StatusReasonBadRequest
+	case errors.Is(err, nodeapi.ErrTooManyRequests):
+		st.Code, st.Reason = http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests
+		st.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
 	default:
 		st.Code, st.Reason = http.StatusInternalServerError, metav1.StatusReasonInternalError
 	}
@@ -68,6 +77,9 @@ func toStatus(err error) *metav1.Status {
 }
 
 func writeStatus(w http.ResponseWriter, st *metav1.Status) {
+	if st.Details != nil && st.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(st.Details.RetryAfterSeconds)))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(int(st.Code))
 	_ = json.NewEncoder(w).Encode(st)

@@ -172,6 +172,6 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, open func(context
 	}
 	log := s.opts.Log.WithValues("vmi", vmi.String(), "user", userFrom(r.Context()).Name, "path", r.URL.Path)
 	log.Info("stream opened")
-	nodeapi.Splice(nodeapi.NewWebsocketStream(ws), backend)
+	nodeapi.SpliceTimeout(nodeapi.NewWebsocketStream(ws), backend, s.opts.StreamWriteTimeout)
 	log.Info("stream closed")
 }

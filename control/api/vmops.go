@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,8 +19,12 @@ import (
 // decodeBody reads the options of a PUT. virtctl sends them without a Content-Type and
 // sometimes sends no body at all: an empty body means default options.
 func decodeBody(r *http.Request, into any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
+	b, err := io.ReadAll(r.Body)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return tooLarge(mbe.Limit)
+	case err != nil:
 		return badRequest("reading the request body: %v", err)
 	}
 	if len(b) == 0 {

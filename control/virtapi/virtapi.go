@@ -21,6 +21,7 @@ import (
 	"github.com/qvirt/qvirt/control/api"
 	"github.com/qvirt/qvirt/control/config"
 	"github.com/qvirt/qvirt/control/webhooks"
+	"github.com/qvirt/qvirt/internal/httplimit"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
@@ -44,7 +45,30 @@ type Options struct {
 	// Privileged users and groups may edit VMI status and reserved labels (the components).
 	PrivilegedUsers, PrivilegedGroups []string
 
+	// Limits bound the server (DefaultLimits when zero). MaxWebhookBodyBytes caps an
+	// admission review (webhooks.DefaultMaxReviewBytes when zero), MaxRequestBodyBytes a
+	// subresource request's body (api.DefaultMaxBodyBytes when zero).
+	Limits                                   httplimit.Limits
+	MaxWebhookBodyBytes, MaxRequestBodyBytes int64
+
 	Log logr.Logger
+}
+
+// DefaultLimits are virt-api's server limits unless configured otherwise. Its clients are the
+// kube-apiserver (admission reviews, and the aggregation layer's proxied subresource requests)
+// and the kubelet's probes; a webhook is given at most 30 s by the API server.
+func DefaultLimits() httplimit.Limits {
+	return httplimit.Limits{
+		ReadHeaderTimeout:  10 * time.Second,
+		ReadTimeout:        30 * time.Second,
+		WriteTimeout:       60 * time.Second,
+		IdleTimeout:        90 * time.Second,
+		MaxHeaderBytes:     1 << 20,
+		MaxInFlight:        400,
+		MaxStreams:         512,
+		RetryAfter:         time.Second,
+		StreamWriteTimeout: 30 * time.Second,
+	}
 }
 
 // Run serves until ctx ends. It returns after the listener is bound and serving fails, or
@@ -105,23 +129,24 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		return tlsfiles.ClientConfig(nodeCert, nodeCA, "")
 	})
 
+	if o.Limits == (httplimit.Limits{}) {
+		o.Limits = DefaultLimits()
+	}
 	sub := api.NewServer(api.Options{
-		Clients:    clients,
-		Authn:      &api.RequestHeaderAuth{CA: rhCA, AllowedNames: o.RequestHeaderAllowedNames},
-		Authz:      &api.SARAuthorizer{Client: clients.Kube},
-		Nodes:      api.AnnotationResolver{Clients: clients},
-		NodeClient: nodeClient,
-		Log:        log.WithName("subresources"),
+		Clients:            clients,
+		Authn:              &api.RequestHeaderAuth{CA: rhCA, AllowedNames: o.RequestHeaderAllowedNames},
+		Authz:              &api.SARAuthorizer{Client: clients.Kube},
+		Nodes:              api.AnnotationResolver{Clients: clients},
+		NodeClient:         nodeClient,
+		MaxBodyBytes:       o.MaxRequestBodyBytes,
+		StreamWriteTimeout: o.Limits.StreamWriteTimeout,
+		Log:                log.WithName("subresources"),
 	})
-	mux := http.NewServeMux()
-	webhooks.Register(mux, watcher, webhooks.Options{
-		Privileged: webhooks.Privileges{Users: o.PrivilegedUsers, Groups: o.PrivilegedGroups},
-		Logger:     log.WithName("webhooks"),
+	hs := newHTTPServer(o.Limits, sub, watcher, webhooks.Options{
+		Privileged:     webhooks.Privileges{Users: o.PrivilegedUsers, Groups: o.PrivilegedGroups},
+		MaxReviewBytes: o.MaxWebhookBodyBytes,
+		Logger:         log.WithName("webhooks"),
 	})
-	mux.Handle("/apis/", sub)
-	// Probes for kubelet: no authentication, no dependencies.
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 
 	var lc net.ListenConfig
 	if o.ReusePort {
@@ -132,7 +157,6 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		return err
 	}
 	l := tls.NewListener(raw, tlsfiles.ServerConfig(serving.GetCertificate, nil))
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second, ErrorLog: nil}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -145,6 +169,22 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		return err
 	}
 	return nil
+}
+
+// newHTTPServer serves the webhooks and the subresource API within lim. The kubelet's probes
+// are not counted against the caps: a busy virt-api must not look dead and be restarted.
+func newHTTPServer(lim httplimit.Limits, sub http.Handler, cfg webhooks.Config, wopts webhooks.Options) *http.Server {
+	limited := http.NewServeMux()
+	webhooks.Register(limited, cfg, wopts)
+	limited.Handle("/apis/", sub)
+	hs := lim.Server(limited)
+	mux := http.NewServeMux()
+	mux.Handle("/", hs.Handler)
+	// Probes for kubelet: no authentication, no dependencies.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	hs.Handler = mux
+	return hs
 }
 
 func reusePort(_, _ string, c syscall.RawConn) error {

@@ -66,10 +66,13 @@ func (l *Limits) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&l.StreamWriteTimeout, "stream-write-timeout", l.StreamWriteTimeout, "how long one write of a stream may block before the stream is closed; 0: no bound")
 }
 
-// Server returns an http.Server serving h within l.
+// Server returns an http.Server serving h within l. The zero Limits serve h as it is.
 func (l Limits) Server(h http.Handler) *http.Server {
+	if l != (Limits{}) {
+		h = l.Handler(h)
+	}
 	return &http.Server{
-		Handler:           l.Handler(h),
+		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
