@@ -94,9 +94,15 @@ func validatePodCIDR(p *field.Path, pod *v1.PodNetwork) field.ErrorList {
 		if c.cidr == "" {
 			continue
 		}
-		ip, _, err := net.ParseCIDR(c.cidr)
+		ip, ipnet, err := net.ParseCIDR(c.cidr)
 		if err != nil || (ip.To4() != nil) != c.v4 {
 			errs = append(errs, invalid(p.Child(c.name), c.cidr, "%s '%s' is not a valid CIDR", p.Child(c.name), c.cidr))
+			continue
+		}
+		// The subnet holds its network and broadcast addresses, the gateway and the guest.
+		if ones, bits := ipnet.Mask.Size(); c.v4 && bits-ones < 2 {
+			errs = append(errs, invalid(p.Child(c.name), c.cidr,
+				"%s '%s' has no room for a gateway and a guest: a /30 or larger subnet is needed", p.Child(c.name), c.cidr))
 		}
 	}
 	return errs

@@ -97,6 +97,14 @@ func TestValidateNetworking(t *testing.T) {
 			"spec.domain.devices.interfaces[0].bootOrder", field.ErrorTypeInvalid, "must have a boot order > 0"},
 		{"pod CIDR", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.0.2.0/33" },
 			"spec.networks[0].pod.vmNetworkCIDR", field.ErrorTypeInvalid, "is not a valid CIDR"},
+		{"pod CIDR IPv6", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "fd10:0:2::/120" },
+			"spec.networks[0].pod.vmNetworkCIDR", field.ErrorTypeInvalid, "is not a valid CIDR"},
+		{"pod CIDR without a mask", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.0.2.0" },
+			"spec.networks[0].pod.vmNetworkCIDR", field.ErrorTypeInvalid, "is not a valid CIDR"},
+		{"pod CIDR /31", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.0.2.0/31" },
+			"spec.networks[0].pod.vmNetworkCIDR", field.ErrorTypeInvalid, "no room for a gateway and a guest"},
+		{"pod CIDR /32", nil, func(s *v1.VirtualMachineInstanceSpec) { s.Networks[0].Pod.VMNetworkCIDR = "10.0.2.7/32" },
+			"spec.networks[0].pod.vmNetworkCIDR", field.ErrorTypeInvalid, "no room for a gateway and a guest"},
 	})
 }
 
@@ -106,8 +114,10 @@ func TestMasqueradeWithPortsIsValid(t *testing.T) {
 	in.MacAddress = "02:6b:8e:00:00:01"
 	in.Model = "virtio"
 	in.Ports = []v1.Port{{Name: "ssh", Port: 22}, {Port: 8080, Protocol: "TCP"}, {Port: 53, Protocol: "UDP"}}
-	s.Networks[0].Pod.VMNetworkCIDR = "10.11.0.0/24"
-	if errs := ValidateVMISpec(field.NewPath("spec"), s, StaticConfig{}); len(errs) > 0 {
-		t.Errorf("refused: %v", errs)
+	for _, cidr := range []string{"10.11.0.0/24", "192.168.7.0/30", "172.16.5.77/16"} {
+		s.Networks[0].Pod.VMNetworkCIDR = cidr
+		if errs := ValidateVMISpec(field.NewPath("spec"), s, StaticConfig{}); len(errs) > 0 {
+			t.Errorf("%s refused: %v", cidr, errs)
+		}
 	}
 }
