@@ -26,11 +26,19 @@ type PlumbedNIC struct {
 	GuestAddrInPod bool
 }
 
+// PodNet is what the node agent found of the launcher pod for its network.
+type PodNet struct {
+	// NetnsPath is the pod's network namespace.
+	NetnsPath string
+	// DNS is the pod's resolver configuration, empty when it could not be read.
+	DNS PodDNS
+}
+
 // Network wires a VMI's interfaces inside the launcher's network namespace.
 type Network interface {
 	// Setup is idempotent: after a node agent restart it finds what exists, restarts what
 	// only lived in the old process (such as the DHCP server), and returns the same answer.
-	Setup(ctx context.Context, netnsPath string, vmi *v1.VirtualMachineInstance, iface v1.Interface) (*PlumbedNIC, error)
+	Setup(ctx context.Context, pod PodNet, vmi *v1.VirtualMachineInstance, iface v1.Interface) (*PlumbedNIC, error)
 	// Teardown releases what Setup holds in this process for the VMI with this UID.
 	Teardown(uid types.UID)
 }

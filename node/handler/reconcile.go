@@ -165,9 +165,14 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 // plumb wires every pod-network interface; safe to repeat.
 func (h *Handler) plumb(ctx context.Context, vmi *v1.VirtualMachineInstance, st *vmState, lc *launcherConn) (map[string]*PlumbedNIC, error) {
 	nics := map[string]*PlumbedNIC{}
-	if h.opts.Network != nil {
-		for _, in := range podInterfaces(vmi) {
-			nic, err := h.opts.Network.Setup(ctx, lc.netnsPath(), vmi, in)
+	if ifaces := podInterfaces(vmi); h.opts.Network != nil && len(ifaces) > 0 {
+		pod := PodNet{NetnsPath: lc.netnsPath()}
+		var err error
+		if pod.DNS, err = readPodDNS("/proc", lc.pid); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "the guest's lease gets what could be read of the pod's DNS settings")
+		}
+		for _, in := range ifaces {
+			nic, err := h.opts.Network.Setup(ctx, pod, vmi, in)
 			if err != nil {
 				return nil, fmt.Errorf("interface %s: %w", in.Name, err)
 			}

@@ -31,7 +31,8 @@ var _ handler.Network = (*Plumber)(nil)
 
 // Setup wires iface in the namespace at nsPath. A tap already held by QEMU (after a node agent
 // restart) yields no new descriptor: the running VM keeps the one it has.
-func (p *Plumber) Setup(ctx context.Context, nsPath string, vmi *v1.VirtualMachineInstance, iface v1.Interface) (*handler.PlumbedNIC, error) {
+func (p *Plumber) Setup(ctx context.Context, pod handler.PodNet, vmi *v1.VirtualMachineInstance, iface v1.Interface) (*handler.PlumbedNIC, error) {
+	nsPath := pod.NetnsPath
 	var mac net.HardwareAddr
 	if iface.MacAddress != "" {
 		var err error
@@ -41,7 +42,7 @@ func (p *Plumber) Setup(ctx context.Context, nsPath string, vmi *v1.VirtualMachi
 	}
 	// The binding's DHCP server logs with the VM's identity (the context's logger has its name).
 	ctx = logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("vmiUID", string(vmi.UID), "interface", iface.Name))
-	dhcp := netplumb.DHCPOptions{Hostname: hostname(vmi)}
+	dhcp := dhcpOptions(vmi, pod.DNS)
 	var b netplumb.Binding
 	masq := iface.Masquerade != nil
 	switch {
@@ -56,7 +57,14 @@ func (p *Plumber) Setup(ctx context.Context, nsPath string, vmi *v1.VirtualMachi
 			}
 			ports = append(ports, netplumb.Port{Protocol: proto, Port: uint16(pt.Port)})
 		}
-		b = netplumb.NewMasqueradeBinding(nsPath, netplumb.MasqueradeConfig{MAC: mac, Ports: ports, DHCP: dhcp})
+		cfg := netplumb.MasqueradeConfig{MAC: mac, Ports: ports, DHCP: dhcp}
+		if pn := podNetworkOf(vmi, iface); pn != nil {
+			var err error
+			if cfg.Gateway, cfg.GuestIP, err = masqueradeAddrs(pn.VMNetworkCIDR); err != nil {
+				return nil, fmt.Errorf("interface %s: %w", iface.Name, err)
+			}
+		}
+		b = netplumb.NewMasqueradeBinding(nsPath, cfg)
 	default:
 		return nil, fmt.Errorf("interface %s: only the bridge and masquerade bindings are supported", iface.Name)
 	}
