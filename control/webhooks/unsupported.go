@@ -16,6 +16,10 @@ import (
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
 
+// defaultVMIPv6NetworkCIDR is KubeVirt's masquerade IPv6 subnet: a manifest may name it, which
+// means what leaving it out means.
+const defaultVMIPv6NetworkCIDR = "fd10:0:2::/120"
+
 // The API types model more of KubeVirt than qvirt runs. Everything below is
 // refused where it appears, so that a manifest never starts a VM that silently
 // lacks what it asked for.
@@ -37,6 +41,10 @@ func unsupportedInVMISpec(path *field.Path, spec *v1.VirtualMachineInstanceSpec)
 	for i, n := range spec.Networks {
 		if n.Multus != nil {
 			errs = append(errs, unsupported(path.Child("networks").Index(i).Child("multus"), "multus networks"))
+		}
+		if n.Pod != nil && n.Pod.VMIPv6NetworkCIDR != "" && n.Pod.VMIPv6NetworkCIDR != defaultVMIPv6NetworkCIDR {
+			errs = append(errs, unsupported(path.Child("networks").Index(i).Child("pod", "vmIPv6NetworkCIDR"),
+				"an IPv6 guest subnet: the masquerade binding gives the guest no IPv6"))
 		}
 	}
 	for i, vol := range spec.Volumes {

@@ -107,6 +107,7 @@ func TestUnsupportedIsRefused(t *testing.T) {
 		{"spec.volumes[1].cloudInitNoCloud.networkDataSecretRef", func(s *spec) {
 			s.Volumes[1].CloudInitNoCloud.NetworkDataSecretRef = &corev1.LocalObjectReference{Name: "nd"}
 		}},
+		{"spec.networks[0].pod.vmIPv6NetworkCIDR", func(s *spec) { s.Networks[0].Pod.VMIPv6NetworkCIDR = "fd10:11::/120" }},
 		{"spec.volumes[2].hostDisk.shared", volume(v1.VolumeSource{HostDisk: &v1.HostDisk{
 			Path: "/d.img", Type: v1.HostDiskExists, Shared: ptr(true)}})},
 	} {
@@ -132,6 +133,7 @@ func TestSupportedNeighboursAreAccepted(t *testing.T) {
 	s.StartStrategy = ptr(v1.StartStrategyPaused)
 	s.EvictionStrategy = ptr(v1.EvictionStrategyNone)
 	s.Hostname, s.Subdomain = "web-1", "web"
+	s.Networks[0].Pod.VMIPv6NetworkCIDR = "fd10:0:2::/120"
 	s.NodeSelector = map[string]string{"kubernetes.io/arch": "amd64"}
 	if errs := ValidateVMISpec(field.NewPath("spec"), s, StaticConfig{}); len(errs) > 0 {
 		t.Errorf("refused: %v", errs)
