@@ -20,6 +20,9 @@ import (
 
 func requireQemuImg(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs qemu-img; -short skips it")
+	}
 	for _, bin := range []string{"qemu-img", "qemu-io"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not installed (make deps installs qemu-utils): %v", bin, err)

@@ -24,6 +24,9 @@ func Build(spec *launcherapi.VMSpec, l Layout) ([]string, error) {
 		"-msg", "timestamp=on",
 		"-display", "none",
 	}
+	if l.Sandbox {
+		a = append(a, "-sandbox", SandboxOptions)
+	}
 	a = append(a, machineArgs(spec)...)
 	a = append(a, "-m", fmt.Sprintf("%dM", spec.MemoryBytes/mib))
 	a = append(a, firmwareArgs(spec.Firmware)...)
@@ -34,6 +37,11 @@ func Build(spec *launcherapi.VMSpec, l Layout) ([]string, error) {
 	a = append(a, deviceArgs(spec.Devices, l)...)
 	return a, nil
 }
+
+// SandboxOptions is QEMU's seccomp filter as libvirt sets it: besides obsolete system calls,
+// QEMU may not gain privileges (setuid and the like), spawn processes, or change scheduling and
+// resource limits. None of that is needed once QEMU runs: its taps arrive as descriptors.
+const SandboxOptions = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
 // guestName is the QEMU process name; it shows in ps and in QEMU's own messages.
 func guestName(spec *launcherapi.VMSpec) string {

@@ -44,7 +44,20 @@ func testLayout() Layout {
 	l := NewLayout("/run/qvirt/vm1")
 	l.TapFDs = map[string]int{"tap0": 3, "tap1": 4}
 	l.SerialLogFD = 5
+	l.Sandbox = true
 	return l
+}
+
+func TestBuildWithoutSandbox(t *testing.T) {
+	l := testLayout()
+	l.Sandbox = false
+	argv, err := Build(base(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(argv, " "), "-sandbox") {
+		t.Fatalf("argv %q has a sandbox the layout did not ask for", argv)
+	}
 }
 
 func TestBuildGolden(t *testing.T) {

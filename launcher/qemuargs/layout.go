@@ -21,6 +21,9 @@ type Layout struct {
 	SerialLogFD int
 	// Binary is the QEMU executable; it becomes argv[0].
 	Binary string
+	// Sandbox turns on QEMU's seccomp filter (see SandboxOptions); set it where this QEMU
+	// binary and kernel support it.
+	Sandbox bool
 }
 
 // NewLayout returns the layout of a VM directory with the default QEMU binary.

@@ -48,6 +48,7 @@ type Server struct {
 	vm      *vm.VM
 	taps    map[string]*os.File
 	created chan struct{}
+	sandbox *vm.SandboxProbe
 }
 
 // New returns a Server whose VM is created by the first Sync.
@@ -55,7 +56,9 @@ func New(opts Options) *Server {
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
-	return &Server{opts: opts, taps: map[string]*os.File{}, created: make(chan struct{})}
+	// Whether QEMU can run under its seccomp filter is learnt while the launcher waits for its
+	// spec, so the VM's start does not wait for it.
+	return &Server{opts: opts, taps: map[string]*os.File{}, created: make(chan struct{}), sandbox: vm.ProbeSandbox(opts.QEMUBinary)}
 }
 
 // VMCreated is closed once Sync has created the VM.
@@ -120,7 +123,7 @@ func (s *Server) Sync(ctx context.Context, req *launcherapi.SyncRequest) (*launc
 		taps[k] = f
 	}
 	log := s.opts.Log.WithValues("vmi", req.Spec.Namespace+"/"+req.Spec.Name)
-	v := vm.New(vm.Config{Dir: s.opts.Dir, EphemeralDir: s.opts.EphemeralDir, QEMUBinary: s.opts.QEMUBinary, Taps: taps, Log: log})
+	v := vm.New(vm.Config{Dir: s.opts.Dir, EphemeralDir: s.opts.EphemeralDir, QEMUBinary: s.opts.QEMUBinary, Taps: taps, Sandbox: s.sandbox, Log: log})
 	s.vm = v
 	close(s.created)
 	s.mu.Unlock()

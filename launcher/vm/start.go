@@ -57,9 +57,10 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 	var argv []string
 	var taps []*os.File
 	phases := []phase{
-		{"validate", func(context.Context) error {
+		{"validate", func(ctx context.Context) error {
 			var err error
 			v.layout.TapFDs, taps = assignTapFDs(v.cfg.Taps)
+			v.layout.Sandbox = v.awaitSandbox(ctx)
 			if spec.GetDevices().GetSerialConsole() {
 				// The descriptor after the taps: QEMU writes the console's log into it.
 				v.layout.SerialLogFD = 3 + len(taps)

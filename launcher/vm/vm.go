@@ -41,8 +41,14 @@ type Config struct {
 	QuitTimeout time.Duration
 	// SerialLogMax caps each of the serial console's two log files (default SerialLogMax).
 	SerialLogMax int64
-	Log          logr.Logger
+	// NoSandbox runs QEMU without its seccomp filter; otherwise the filter is on wherever
+	// Sandbox (ProbeSandbox of QEMUBinary, started by New when nil) shows QEMU can install it.
+	NoSandbox bool
+	Sandbox   *SandboxProbe
+	Log       logr.Logger
 }
+
+const defaultQEMU = "qemu-system-x86_64"
 
 // VM is one QEMU process. Its life is not tied to any request context: only Shutdown, Kill or
 // the guest end it.
@@ -87,7 +93,7 @@ const (
 // New returns a VM that has not started yet.
 func New(cfg Config) *VM {
 	if cfg.QEMUBinary == "" {
-		cfg.QEMUBinary = "qemu-system-x86_64"
+		cfg.QEMUBinary = defaultQEMU
 	}
 	if cfg.QuitTimeout == 0 {
 		cfg.QuitTimeout = 5 * time.Second
@@ -98,6 +104,9 @@ func New(cfg Config) *VM {
 	l := qemuargs.NewLayout(cfg.Dir)
 	l.Binary = cfg.QEMUBinary
 	l.EphemeralDir = cfg.EphemeralDir
+	if cfg.Sandbox == nil && !cfg.NoSandbox {
+		cfg.Sandbox = ProbeSandbox(cfg.QEMUBinary)
+	}
 	return &VM{
 		cfg:        cfg,
 		layout:     l,

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/qvirt/qvirt/e2e/testenv"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/qemuargs"
 )
 
 // guestSpec is the tiny guest booted by kernel under emulation, with every device on.
@@ -93,6 +95,21 @@ func TestBootConsoleVNCPauseStats(t *testing.T) {
 		run(t, con, "cat /sys/class/net/eth0/address", mac)
 	}
 
+	t.Run("QEMU runs under its seccomp filter", func(t *testing.T) {
+		pid := v.Status().QemuPid
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(cmdline), "-sandbox\x00"+qemuargs.SandboxOptions+"\x00") {
+			t.Errorf("QEMU's command line has no -sandbox %s: %q", qemuargs.SandboxOptions, cmdline)
+		}
+		// QEMU holds more seccomp filters than the test that started it: its own. The guest
+		// booted with it, so the filter lets QEMU run.
+		if own, qemu := seccompFilters(t, "self"), seccompFilters(t, fmt.Sprint(pid)); qemu <= own {
+			t.Errorf("QEMU has %d seccomp filters, the test %d", qemu, own)
+		}
+	})
 	t.Run("vnc answers RFB", func(t *testing.T) {
 		conn, err := net.DialTimeout("unix", v.Layout().VNCSocket(), 5*time.Second)
 		if err != nil {
@@ -382,4 +399,24 @@ func TestStartPausedWaitsForUnpause(t *testing.T) {
 	if st := v.Status(); st.State != launcherapi.State_STATE_RUNNING {
 		t.Fatalf("state after unpause %v, want running", st.State)
 	}
+}
+
+// seccompFilters is the Seccomp_filters count of /proc/<pid>/status.
+func seccompFilters(t *testing.T, pid string) int {
+	t.Helper()
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "Seccomp_filters:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("this kernel reports no Seccomp_filters")
+	return 0
 }
