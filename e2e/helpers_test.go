@@ -206,10 +206,10 @@ func send(t testing.TB, ws *websocket.Conn, s string) {
 	}
 }
 
-// scrape returns the node agent's /metrics text.
-func scrape(t testing.TB, addr string) string {
+// scrape returns the node agent's /metrics text, read over verified TLS.
+func scrape(t testing.TB, ep metricsEndpoint) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	resp, err := ep.Client.Get("https://" + ep.Addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

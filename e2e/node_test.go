@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,6 +74,14 @@ func TestVMsOnNodes(t *testing.T) {
 	})
 	t.Run("metrics move", func(t *testing.T) {
 		addr := handlerMetrics(t, c, node)
+		// Only TLS: a plain HTTP request gets no metrics.
+		if resp, err := http.Get("http://" + addr.Addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "kubevirt_vmi_") {
+				t.Error("the node agent serves /metrics over plain HTTP")
+			}
+		}
 		var first string
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
 			first = scrape(t, addr)
@@ -138,6 +148,11 @@ func TestNodeAgentRestartKeepsGuests(t *testing.T) {
 	if got := qemuPIDs(t, c, vmi); len(got) != 1 || got[0] != qemu[0] {
 		t.Fatalf("QEMU restarted: %v -> %v", qemu, got)
 	}
+	// The new agent serves the console of the VM it adopted, and the guest ran all along. This
+	// is read before the pause below, which stops the guest's clock.
+	ws2 := stream(t, c, "virtualmachineinstances/survivor/console")
+	send(t, ws2, "\n")
+	requireUptimeGrew(t, upBefore, uptime(t, ws2, "after"))
 	// Status updates resume: a pause through virt-api shows on the VMI.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -148,29 +163,49 @@ func TestNodeAgentRestartKeepsGuests(t *testing.T) {
 	if got := getVMI(t, c, "survivor"); got.UID != vmi.UID || got.Status.Phase != v1.Running {
 		t.Errorf("VMI after the restart: uid %s phase %s", got.UID, got.Status.Phase)
 	}
-	ws2 := stream(t, c, "virtualmachineinstances/survivor/console")
-	send(t, ws2, "\n")
-	if upAfter := uptime(t, ws2, "after"); upAfter <= upBefore {
-		t.Errorf("the guest rebooted: uptime %.2f s after the node agent restart, %.2f s before", upAfter, upBefore)
+}
+
+// upReading is the guest's uptime and the wall time it was read at.
+type upReading struct {
+	Guest float64
+	At    time.Time
+}
+
+// requireUptimeGrew fails unless the guest's uptime grew by about the wall time between the
+// readings: the guest neither rebooted nor stood still. A reading's wall time is the middle of
+// its console round trip, so it is off by up to half of it; the slack allows for that and for
+// a guest clock under emulation.
+func requireUptimeGrew(t *testing.T, before, after upReading) {
+	t.Helper()
+	wall := after.At.Sub(before.At).Seconds()
+	grew := after.Guest - before.Guest
+	slack := 3 + wall/10
+	if grew < wall-slack || grew > wall+slack {
+		t.Errorf("the guest's uptime grew %.1f s (%.1f -> %.1f) in %.1f s of wall time", grew, before.Guest, after.Guest, wall)
+		return
 	}
+	t.Logf("the guest's uptime grew %.1f s in %.1f s of wall time", grew, wall)
 }
 
 // uptime reads the guest's /proc/uptime through its console. The marker is computed by the
 // guest's shell, so the echo of the typed command never matches it.
-func uptime(t *testing.T, ws *websocket.Conn, tag string) float64 {
+func uptime(t *testing.T, ws *websocket.Conn, tag string) upReading {
 	t.Helper()
+	sent := time.Now()
 	send(t, ws, "echo "+tag+"$((6*7))=$(cut -d' ' -f1 /proc/uptime)=\n")
 	marker := tag + "42="
 	out := expect(t, ws, marker, 30*time.Second)
 	for !strings.Contains(out[strings.Index(out, marker)+len(marker):], "=") {
 		out += expect(t, ws, "=", 10*time.Second)
 	}
+	// The guest read its uptime between the command's send and its answer's arrival.
+	at := sent.Add(time.Since(sent) / 2)
 	rest := out[strings.Index(out, marker)+len(marker):]
 	var v float64
 	if _, err := fmt.Sscanf(rest[:strings.Index(rest, "=")], "%f", &v); err != nil {
 		t.Fatalf("uptime %q: %v", rest, err)
 	}
-	return v
+	return upReading{Guest: v, At: at}
 }
 
 func waitCondition(t *testing.T, ctx context.Context, c *localcluster.Cluster, name string, ct v1.VirtualMachineInstanceConditionType, want corev1.ConditionStatus) {

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -63,11 +66,35 @@ func qemuPIDs(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInsta
 	return out
 }
 
-// handlerMetrics is the /metrics address of the virt-handler pod on node, reached over the pod network.
-func handlerMetrics(t testing.TB, c *localcluster.Cluster, node string) string {
+// metricsEndpoint is a node agent's /metrics, served over TLS with the node's serving
+// certificate, and a client that verifies it: the node CA, the node's name as server name.
+type metricsEndpoint struct {
+	Addr, Node string
+	CA         []byte
+	Client     *http.Client
+}
+
+// handlerMetrics is the /metrics endpoint of the virt-handler pod on node, reached over the pod network.
+func handlerMetrics(t testing.TB, c *localcluster.Cluster, node string) metricsEndpoint {
 	t.Helper()
 	pod := handlerPod(t, c, node)
-	return pod.Status.PodIP + ":8443"
+	ca := nodeCA(t, c)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("the node CA holds no certificate")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: node}}
+	return metricsEndpoint{Addr: pod.Status.PodIP + ":8443", Node: node, CA: ca, Client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// nodeCA is the CA that signs node agents' serving certificates.
+func nodeCA(t testing.TB, c *localcluster.Cluster) []byte {
+	t.Helper()
+	s, err := c.Kube.CoreV1().Secrets("kubevirt").Get(context.Background(), "kubevirt-node-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Data["tls.crt"]
 }
 
 // handlerPod is the running virt-handler pod on node.
@@ -161,7 +188,7 @@ func alive(pids []int) []int {
 
 // guestWithConsole starts a VM on node and returns its VMI, an open console at the shell prompt,
 // its one QEMU process and the guest's uptime.
-func guestWithConsole(t *testing.T, c *localcluster.Cluster, name, node string) (*v1.VirtualMachineInstance, *websocket.Conn, []int, float64) {
+func guestWithConsole(t *testing.T, c *localcluster.Cluster, name, node string) (*v1.VirtualMachineInstance, *websocket.Conn, []int, upReading) {
 	t.Helper()
 	startVM(t, c, vmManifest(name, node, "masquerade"))
 	vmi := getVMI(t, c, name)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -31,11 +30,17 @@ func TestPrometheusScrapesNodeAgents(t *testing.T) {
 	startVM(t, c, vmManifest("scraped", e2eNodes[0], "masquerade"))
 
 	dir := t.TempDir()
-	var targets []string
-	for _, node := range e2eNodes {
-		targets = append(targets, `"`+handlerMetrics(t, c, node)+`"`)
+	// One job per node: Prometheus checks each agent's certificate against the node CA with
+	// that node's name as the server name.
+	cfg := "global: {scrape_interval: 2s}\nscrape_configs:\n"
+	for i, node := range e2eNodes {
+		ep := handlerMetrics(t, c, node)
+		caFile := filepath.Join(dir, "node-ca.crt")
+		if err := os.WriteFile(caFile, ep.CA, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg += fmt.Sprintf("- job_name: virt-handler-%d\n  scheme: https\n  tls_config: {ca_file: %q, server_name: %q}\n  static_configs:\n  - targets: [%q]\n", i, caFile, node, ep.Addr)
 	}
-	cfg := fmt.Sprintf("global: {scrape_interval: 2s}\nscrape_configs:\n- job_name: virt-handler\n  static_configs:\n  - targets: [%s]\n", strings.Join(targets, ", "))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,8 @@ func main() {
 	flag.StringVar(&o.Namespace, "namespace", "kubevirt", "install namespace, where the leader election lease lives")
 	leaderElect := flag.Bool("leader-elect", true, "elect a leader among replicas (lease "+controller.LeaseName+")")
 	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `address of /metrics; "0" turns it off`)
-	flag.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve /metrics over HTTPS with a self-signed certificate")
+	metricsSecure := flag.Bool("metrics-secure", true, "serve /metrics over HTTPS (false: plain HTTP)")
+	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", `directory with tls.crt and tls.key for /metrics (reloaded when they change); "" makes a self-signed certificate at start`)
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" turns it off`)
 	flag.StringVar(&o.Pods.Image, "launcher-image", launcherpod.DefaultImage, "image of the launcher pods' compute container")
 	flag.StringVar(&o.Pods.VMDirRoot, "vm-dir-root", launcherpod.DefaultVMDirRoot, "host directory holding one directory per VMI, shared with the node agent")
@@ -36,6 +37,7 @@ func main() {
 	flag.DurationVar(&o.NodeCertLifetime, "node-cert-lifetime", 24*time.Hour, "longest lifetime of a node agent's serving certificate")
 	flag.Parse()
 	o.DisableLeaderElection = !*leaderElect
+	o.MetricsInsecure = !*metricsSecure
 
 	log := klog.Background().WithName("virt-controller")
 	ctrl.SetLogger(log)

@@ -305,12 +305,16 @@ func TestAgainstKubernetes(t *testing.T) {
 
 	t.Run("MetricsProbesLease", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
-			code, body, err := m.get(path, m.healthAddr)
+			code, body, err := m.get("http://" + m.healthAddr + path)
 			if err != nil || code != 200 {
 				t.Errorf("%s: %d %q %v", path, code, body, err)
 			}
 		}
-		_, body, err := m.get("/metrics", m.metricsAddr)
+		// /metrics is served over TLS only.
+		if code, _, err := m.get("http://" + m.metricsAddr + "/metrics"); err == nil && code == 200 {
+			t.Error("/metrics answered plain HTTP")
+		}
+		_, body, err := m.get("https://" + m.metricsAddr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}

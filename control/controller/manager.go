@@ -54,8 +54,11 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// MetricsBindAddress serves /metrics (":8443"); "0" turns it off.
 	MetricsBindAddress string
-	// MetricsSecure serves metrics over HTTPS with a self-signed certificate.
-	MetricsSecure bool
+	// MetricsInsecure serves metrics over plain HTTP; by default they are served over HTTPS, as
+	// KubeVirt's are, with the certificate in MetricsCertDir (tls.crt, tls.key, reloaded when
+	// they change) or, when that is empty, a self-signed one made at start.
+	MetricsInsecure bool
+	MetricsCertDir  string
 	// HealthProbeBindAddress serves /healthz and /readyz (":8081"); "0" turns
 	// it off.
 	HealthProbeBindAddress string
@@ -143,7 +146,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			// Only the requests this controller signs.
 			&certificatesv1.CertificateSigningRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", nodeapi.SignerName)},
 		}},
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure},
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: !opts.MetricsInsecure, CertDir: opts.MetricsCertDir},
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
 		LeaderElection:                !opts.DisableLeaderElection,
 		LeaderElectionID:              LeaseName,

@@ -64,7 +64,8 @@ type Options struct {
 	ClientCAFile     string
 	ClientIdentities []string
 
-	// MetricsListen serves /metrics (kubevirt_vmi_* and the agent's own); "" disables it.
+	// MetricsListen serves /metrics (kubevirt_vmi_* and the agent's own) over TLS with the node
+	// API's serving certificate; "" disables it.
 	MetricsListen string
 	// StatsInterval is how often each VM's statistics are refreshed for scrapes.
 	StatsInterval time.Duration
@@ -108,10 +109,21 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	rc := rest.CopyConfig(o.REST)
 	cur := watcher.Current()
 	rc.QPS, rc.Burst = cur.QPS, cur.Burst
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	getCert, err := servingCertificate(ctx, o, kube, log)
+	if err != nil {
+		return nil, fmt.Errorf("node API serving certificate: %w", err)
+	}
 	mgr, err := ctrl.NewManager(rc, ctrl.Options{
-		Scheme:  scheme,
-		Logger:  log,
-		Metrics: metricsserver.Options{BindAddress: orDisabled(o.MetricsListen)},
+		Scheme: scheme,
+		Logger: log,
+		// /metrics over TLS, as KubeVirt's: the node's own serving certificate, so a scraper
+		// that trusts the node CA can check it reached this node.
+		Metrics: metricsserver.Options{BindAddress: orDisabled(o.MetricsListen), SecureServing: true,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = getCert }}},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only this node's pods: a node agent never needs the rest of the cluster's.
 			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", o.NodeName)},
@@ -142,11 +154,7 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 
-	kube, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	l, err := listenNodeAPI(ctx, o, kube, log)
+	l, err := listenNodeAPI(o, getCert)
 	if err != nil {
 		return nil, err
 	}
@@ -178,11 +186,7 @@ func (a *Agent) Done() <-chan error { return a.errc }
 
 // listenNodeAPI serves mutual TLS to virt-api only: its client certificate's CA and name are
 // both checked.
-func listenNodeAPI(ctx context.Context, o Options, kube kubernetes.Interface, log logr.Logger) (net.Listener, error) {
-	getCert, err := servingCertificate(ctx, o, kube, log)
-	if err != nil {
-		return nil, fmt.Errorf("node API serving certificate: %w", err)
-	}
+func listenNodeAPI(o Options, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) (net.Listener, error) {
 	cas, err := tlsfiles.NewCAPool(o.ClientCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("node API client CA: %w", err)
