@@ -144,6 +144,7 @@ test: apt cni guest k8s nodes build
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDHCPHandlePacket$$' -fuzztime 20s ./netplumb/
 
+## test-unit: the tests that need no root, QEMU, guest or control plane (-short skips those).
 test-unit:
 	$(GO) test -count=1 -short ./...
 

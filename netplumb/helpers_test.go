@@ -20,6 +20,9 @@ import (
 // requireRoot skips a test that creates namespaces and devices on a machine that cannot.
 func requireRoot(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs root; -short skips it")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces and devices")
 	}

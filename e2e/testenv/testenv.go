@@ -45,6 +45,9 @@ func RepoRoot(t testing.TB) string {
 // RequireGuest returns the test guest, or skips when it has not been built.
 func RequireGuest(t testing.TB) Guest {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("boots the test guest; -short skips it")
+	}
 	dir := os.Getenv("QVIRT_GUEST_DIR")
 	if dir == "" {
 		dir = filepath.Join(RepoRoot(t), "_guest")
@@ -61,6 +64,9 @@ func RequireGuest(t testing.TB) Guest {
 // RequireQEMU skips when QEMU is not installed.
 func RequireQEMU(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs QEMU; -short skips it")
+	}
 	for _, bin := range []string{"qemu-system-x86_64", "qemu-img"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not installed (run `make deps`): %v", bin, err)
@@ -71,6 +77,9 @@ func RequireQEMU(t testing.TB) {
 // RequireRoot skips when the test cannot create network devices.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs root; -short skips it")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create tap devices")
 	}

@@ -69,6 +69,9 @@ func checkBinaries(dir string) error {
 // hide a broken build.
 func RequireBinaries(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Kubernetes control plane; -short skips it")
+	}
 	dir, err := DefaultBinDir()
 	if err == nil {
 		err = checkBinaries(dir)

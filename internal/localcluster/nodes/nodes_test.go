@@ -32,6 +32,9 @@ type env struct {
 
 func start(t *testing.T, nw nodes.Network, names ...string) *env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("runs kubelets and containerd; -short skips it")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: nodes run in network and mount namespaces of their own")
 	}

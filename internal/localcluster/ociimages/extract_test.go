@@ -97,6 +97,9 @@ func extract(t *testing.T, img v1.Image, dir string) {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs root; -short skips it")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("chroot into the unpacked image needs root")
 	}
