@@ -84,3 +84,9 @@ func (c *Client) QueryMigrate(ctx context.Context) (MigrationInfo, error) {
 	err := c.Execute(ctx, "query-migrate", nil, &m)
 	return m, err
 }
+
+// MigrateStartPostcopy switches a running migration to post-copy: the target runs the guest
+// and pulls the pages it still lacks. Both sides need the postcopy-ram capability.
+func (c *Client) MigrateStartPostcopy(ctx context.Context) error {
+	return c.Execute(ctx, "migrate-start-postcopy", nil, nil)
+}

@@ -229,6 +229,9 @@ const (
 	State_STATE_SHUTTING_DOWN State = 5
 	State_STATE_STOPPED       State = 6
 	State_STATE_CRASHED       State = 7
+	// A migration target: QEMU runs with the VM's devices and waits for, or receives, the
+	// source's state; it runs the guest once the migration completes.
+	State_STATE_MIGRATING_IN State = 8
 )
 
 // Enum value maps for State.
@@ -242,6 +245,7 @@ var (
 		5: "STATE_SHUTTING_DOWN",
 		6: "STATE_STOPPED",
 		7: "STATE_CRASHED",
+		8: "STATE_MIGRATING_IN",
 	}
 	State_value = map[string]int32{
 		"STATE_UNSPECIFIED":   0,
@@ -252,6 +256,7 @@ var (
 		"STATE_SHUTTING_DOWN": 5,
 		"STATE_STOPPED":       6,
 		"STATE_CRASHED":       7,
+		"STATE_MIGRATING_IN":  8,
 	}
 )
 
@@ -296,6 +301,8 @@ const (
 	ExitReason_EXIT_REASON_CRASHED ExitReason = 4
 	// QEMU could not be started or configured.
 	ExitReason_EXIT_REASON_FAILED_START ExitReason = 5
+	// The guest moved to a migration target, which runs it now.
+	ExitReason_EXIT_REASON_MIGRATED ExitReason = 6
 )
 
 // Enum value maps for ExitReason.
@@ -307,6 +314,7 @@ var (
 		3: "EXIT_REASON_KILLED",
 		4: "EXIT_REASON_CRASHED",
 		5: "EXIT_REASON_FAILED_START",
+		6: "EXIT_REASON_MIGRATED",
 	}
 	ExitReason_value = map[string]int32{
 		"EXIT_REASON_UNSPECIFIED":    0,
@@ -315,6 +323,7 @@ var (
 		"EXIT_REASON_KILLED":         3,
 		"EXIT_REASON_CRASHED":        4,
 		"EXIT_REASON_FAILED_START":   5,
+		"EXIT_REASON_MIGRATED":       6,
 	}
 )
 
@@ -1342,8 +1351,10 @@ type StatusResponse struct {
 	// QMP run state as QEMU reports it ("running", "paused", ...).
 	QmpStatus       string `protobuf:"bytes,5,opt,name=qmp_status,json=qmpStatus,proto3" json:"qmp_status,omitempty"`
 	StartedUnixNano int64  `protobuf:"varint,6,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The VM's migration, outgoing or incoming; absent before any.
+	Migration     *MigrationStatus `protobuf:"bytes,7,opt,name=migration,proto3" json:"migration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1418,6 +1429,256 @@ func (x *StatusResponse) GetStartedUnixNano() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetMigration() *MigrationStatus {
+	if x != nil {
+		return x.Migration
+	}
+	return nil
+}
+
+type MigrationStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// QEMU's migration state: setup, active, postcopy-active, completed, failed, cancelled...
+	State            string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Outgoing         bool   `protobuf:"varint,2,opt,name=outgoing,proto3" json:"outgoing,omitempty"`
+	StartUnixNano    int64  `protobuf:"varint,3,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	EndUnixNano      int64  `protobuf:"varint,4,opt,name=end_unix_nano,json=endUnixNano,proto3" json:"end_unix_nano,omitempty"`
+	TransferredBytes uint64 `protobuf:"varint,5,opt,name=transferred_bytes,json=transferredBytes,proto3" json:"transferred_bytes,omitempty"`
+	RemainingBytes   uint64 `protobuf:"varint,6,opt,name=remaining_bytes,json=remainingBytes,proto3" json:"remaining_bytes,omitempty"`
+	TotalBytes       uint64 `protobuf:"varint,7,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	// Pages dirtied per second, as QEMU measures it.
+	DirtyPagesRate uint64 `protobuf:"varint,8,opt,name=dirty_pages_rate,json=dirtyPagesRate,proto3" json:"dirty_pages_rate,omitempty"`
+	// Downtime QEMU reports for the switchover, in milliseconds.
+	DowntimeMs int64 `protobuf:"varint,9,opt,name=downtime_ms,json=downtimeMs,proto3" json:"downtime_ms,omitempty"`
+	// Why the migration failed or was aborted.
+	Message string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	// "PreCopy" or "PostCopy", as KubeVirt names them.
+	Mode           string `protobuf:"bytes,11,opt,name=mode,proto3" json:"mode,omitempty"`
+	AbortRequested bool   `protobuf:"varint,12,opt,name=abort_requested,json=abortRequested,proto3" json:"abort_requested,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MigrationStatus) Reset() {
+	*x = MigrationStatus{}
+	mi := &file_launcher_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrationStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrationStatus) ProtoMessage() {}
+
+func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
+func (*MigrationStatus) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MigrationStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *MigrationStatus) GetOutgoing() bool {
+	if x != nil {
+		return x.Outgoing
+	}
+	return false
+}
+
+func (x *MigrationStatus) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetEndUnixNano() int64 {
+	if x != nil {
+		return x.EndUnixNano
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetTransferredBytes() uint64 {
+	if x != nil {
+		return x.TransferredBytes
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetRemainingBytes() uint64 {
+	if x != nil {
+		return x.RemainingBytes
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDirtyPagesRate() uint64 {
+	if x != nil {
+		return x.DirtyPagesRate
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDowntimeMs() int64 {
+	if x != nil {
+		return x.DowntimeMs
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *MigrationStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *MigrationStatus) GetAbortRequested() bool {
+	if x != nil {
+		return x.AbortRequested
+	}
+	return false
+}
+
+type MigrateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unix socket that carries the migration stream to the target.
+	SocketPath string `protobuf:"bytes,1,opt,name=socket_path,json=socketPath,proto3" json:"socket_path,omitempty"`
+	// 0 means no limit.
+	BandwidthBytesPerSecond uint64 `protobuf:"varint,2,opt,name=bandwidth_bytes_per_second,json=bandwidthBytesPerSecond,proto3" json:"bandwidth_bytes_per_second,omitempty"`
+	AllowAutoConverge       bool   `protobuf:"varint,3,opt,name=allow_auto_converge,json=allowAutoConverge,proto3" json:"allow_auto_converge,omitempty"`
+	AllowPostCopy           bool   `protobuf:"varint,4,opt,name=allow_post_copy,json=allowPostCopy,proto3" json:"allow_post_copy,omitempty"`
+	// Abort when the migration lasts longer than this (0: never).
+	CompletionTimeoutSeconds int64 `protobuf:"varint,5,opt,name=completion_timeout_seconds,json=completionTimeoutSeconds,proto3" json:"completion_timeout_seconds,omitempty"`
+	// Abort when the remaining data has not shrunk for this long (0: never).
+	ProgressTimeoutSeconds int64 `protobuf:"varint,6,opt,name=progress_timeout_seconds,json=progressTimeoutSeconds,proto3" json:"progress_timeout_seconds,omitempty"`
+	// Copy the VM's writable local disks (containerDisk overlays, emptyDisks) along, to the
+	// target's NBD server on disks_socket_path.
+	CopyLocalDisks  bool   `protobuf:"varint,7,opt,name=copy_local_disks,json=copyLocalDisks,proto3" json:"copy_local_disks,omitempty"`
+	DisksSocketPath string `protobuf:"bytes,8,opt,name=disks_socket_path,json=disksSocketPath,proto3" json:"disks_socket_path,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MigrateRequest) Reset() {
+	*x = MigrateRequest{}
+	mi := &file_launcher_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MigrateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MigrateRequest) ProtoMessage() {}
+
+func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
+func (*MigrateRequest) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *MigrateRequest) GetSocketPath() string {
+	if x != nil {
+		return x.SocketPath
+	}
+	return ""
+}
+
+func (x *MigrateRequest) GetBandwidthBytesPerSecond() uint64 {
+	if x != nil {
+		return x.BandwidthBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrateRequest) GetAllowAutoConverge() bool {
+	if x != nil {
+		return x.AllowAutoConverge
+	}
+	return false
+}
+
+func (x *MigrateRequest) GetAllowPostCopy() bool {
+	if x != nil {
+		return x.AllowPostCopy
+	}
+	return false
+}
+
+func (x *MigrateRequest) GetCompletionTimeoutSeconds() int64 {
+	if x != nil {
+		return x.CompletionTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *MigrateRequest) GetProgressTimeoutSeconds() int64 {
+	if x != nil {
+		return x.ProgressTimeoutSeconds
+	}
+	return 0
+}
+
+func (x *MigrateRequest) GetCopyLocalDisks() bool {
+	if x != nil {
+		return x.CopyLocalDisks
+	}
+	return false
+}
+
+func (x *MigrateRequest) GetDisksSocketPath() string {
+	if x != nil {
+		return x.DisksSocketPath
+	}
+	return ""
+}
+
 type Event struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	UnixNano   int64                  `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
@@ -1432,7 +1693,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1705,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1718,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -1508,7 +1769,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1781,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1794,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatsResponse) GetUnixNano() int64 {
@@ -1581,7 +1842,7 @@ type CPUStats struct {
 
 func (x *CPUStats) Reset() {
 	*x = CPUStats{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1854,7 @@ func (x *CPUStats) String() string {
 func (*CPUStats) ProtoMessage() {}
 
 func (x *CPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1867,7 @@ func (x *CPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUStats.ProtoReflect.Descriptor instead.
 func (*CPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CPUStats) GetUserNs() uint64 {
@@ -1636,7 +1897,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1909,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1922,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *VCPUStats) GetId() uint32 {
@@ -1716,7 +1977,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1989,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +2002,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -1817,7 +2078,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2090,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2103,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BlockStats) GetDrive() string {
@@ -1917,7 +2178,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2190,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2203,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -2039,7 +2300,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\vSyncRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.qvirt.launcher.v1.VMSpecR\x04spec\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\x80\x02\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xc2\x02\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.qvirt.launcher.v1.StateR\x05state\x12>\n" +
 	"\vexit_reason\x18\x02 \x01(\x0e2\x1d.qvirt.launcher.v1.ExitReasonR\n" +
@@ -2048,7 +2309,34 @@ const file_launcher_proto_rawDesc = "" +
 	"\bqemu_pid\x18\x04 \x01(\x03R\aqemuPid\x12\x1d\n" +
 	"\n" +
 	"qmp_status\x18\x05 \x01(\tR\tqmpStatus\x12*\n" +
-	"\x11started_unix_nano\x18\x06 \x01(\x03R\x0fstartedUnixNano\"\xcb\x01\n" +
+	"\x11started_unix_nano\x18\x06 \x01(\x03R\x0fstartedUnixNano\x12@\n" +
+	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\"\xa8\x03\n" +
+	"\x0fMigrationStatus\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
+	"\boutgoing\x18\x02 \x01(\bR\boutgoing\x12&\n" +
+	"\x0fstart_unix_nano\x18\x03 \x01(\x03R\rstartUnixNano\x12\"\n" +
+	"\rend_unix_nano\x18\x04 \x01(\x03R\vendUnixNano\x12+\n" +
+	"\x11transferred_bytes\x18\x05 \x01(\x04R\x10transferredBytes\x12'\n" +
+	"\x0fremaining_bytes\x18\x06 \x01(\x04R\x0eremainingBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\a \x01(\x04R\n" +
+	"totalBytes\x12(\n" +
+	"\x10dirty_pages_rate\x18\b \x01(\x04R\x0edirtyPagesRate\x12\x1f\n" +
+	"\vdowntime_ms\x18\t \x01(\x03R\n" +
+	"downtimeMs\x12\x18\n" +
+	"\amessage\x18\n" +
+	" \x01(\tR\amessage\x12\x12\n" +
+	"\x04mode\x18\v \x01(\tR\x04mode\x12'\n" +
+	"\x0fabort_requested\x18\f \x01(\bR\x0eabortRequested\"\x94\x03\n" +
+	"\x0eMigrateRequest\x12\x1f\n" +
+	"\vsocket_path\x18\x01 \x01(\tR\n" +
+	"socketPath\x12;\n" +
+	"\x1abandwidth_bytes_per_second\x18\x02 \x01(\x04R\x17bandwidthBytesPerSecond\x12.\n" +
+	"\x13allow_auto_converge\x18\x03 \x01(\bR\x11allowAutoConverge\x12&\n" +
+	"\x0fallow_post_copy\x18\x04 \x01(\bR\rallowPostCopy\x12<\n" +
+	"\x1acompletion_timeout_seconds\x18\x05 \x01(\x03R\x18completionTimeoutSeconds\x128\n" +
+	"\x18progress_timeout_seconds\x18\x06 \x01(\x03R\x16progressTimeoutSeconds\x12(\n" +
+	"\x10copy_local_disks\x18\a \x01(\bR\x0ecopyLocalDisks\x12*\n" +
+	"\x11disks_socket_path\x18\b \x01(\tR\x0fdisksSocketPath\"\xcb\x01\n" +
 	"\x05Event\x12\x1b\n" +
 	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.qvirt.launcher.v1.StateR\x05state\x12>\n" +
@@ -2113,7 +2401,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x11DISK_DEVICE_CDROM\x10\x01*;\n" +
 	"\vImageFormat\x12\x14\n" +
 	"\x10IMAGE_FORMAT_RAW\x10\x00\x12\x16\n" +
-	"\x12IMAGE_FORMAT_QCOW2\x10\x01*\xa9\x01\n" +
+	"\x12IMAGE_FORMAT_QCOW2\x10\x01*\xc1\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_PENDING\x10\x01\x12\x12\n" +
@@ -2122,7 +2410,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\fSTATE_PAUSED\x10\x04\x12\x17\n" +
 	"\x13STATE_SHUTTING_DOWN\x10\x05\x12\x11\n" +
 	"\rSTATE_STOPPED\x10\x06\x12\x11\n" +
-	"\rSTATE_CRASHED\x10\a*\xb2\x01\n" +
+	"\rSTATE_CRASHED\x10\a\x12\x16\n" +
+	"\x12STATE_MIGRATING_IN\x10\b*\xcc\x01\n" +
 	"\n" +
 	"ExitReason\x12\x1b\n" +
 	"\x17EXIT_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
@@ -2130,7 +2419,8 @@ const file_launcher_proto_rawDesc = "" +
 	"\x14EXIT_REASON_SHUTDOWN\x10\x02\x12\x16\n" +
 	"\x12EXIT_REASON_KILLED\x10\x03\x12\x17\n" +
 	"\x13EXIT_REASON_CRASHED\x10\x04\x12\x1c\n" +
-	"\x18EXIT_REASON_FAILED_START\x10\x052\xa7\x06\n" +
+	"\x18EXIT_REASON_FAILED_START\x10\x05\x12\x18\n" +
+	"\x14EXIT_REASON_MIGRATED\x10\x062\xa5\b\n" +
 	"\bLauncher\x12I\n" +
 	"\x04Sync\x12\x1e.qvirt.launcher.v1.SyncRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12D\n" +
 	"\x05Pause\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12F\n" +
@@ -2144,7 +2434,10 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06Status\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12M\n" +
 	"\n" +
 	"Screenshot\x12\x18.qvirt.launcher.v1.Empty\x1a%.qvirt.launcher.v1.ScreenshotResponse\x12>\n" +
-	"\x06Events\x12\x18.qvirt.launcher.v1.Empty\x1a\x18.qvirt.launcher.v1.Event0\x01B1Z/github.com/qvirt/qvirt/launcher/api;launcherapib\x06proto3"
+	"\x06Events\x12\x18.qvirt.launcher.v1.Empty\x1a\x18.qvirt.launcher.v1.Event0\x01\x12[\n" +
+	"\x16PrepareMigrationTarget\x12\x1e.qvirt.launcher.v1.SyncRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12O\n" +
+	"\aMigrate\x12!.qvirt.launcher.v1.MigrateRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12N\n" +
+	"\x0fCancelMigration\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponseB1Z/github.com/qvirt/qvirt/launcher/api;launcherapib\x06proto3"
 
 var (
 	file_launcher_proto_rawDescOnce sync.Once
@@ -2159,7 +2452,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_launcher_proto_goTypes = []any{
 	(Accel)(0),                     // 0: qvirt.launcher.v1.Accel
 	(Bus)(0),                       // 1: qvirt.launcher.v1.Bus
@@ -2182,13 +2475,15 @@ var file_launcher_proto_goTypes = []any{
 	(*SyncRequest)(nil),            // 18: qvirt.launcher.v1.SyncRequest
 	(*ShutdownRequest)(nil),        // 19: qvirt.launcher.v1.ShutdownRequest
 	(*StatusResponse)(nil),         // 20: qvirt.launcher.v1.StatusResponse
-	(*Event)(nil),                  // 21: qvirt.launcher.v1.Event
-	(*StatsResponse)(nil),          // 22: qvirt.launcher.v1.StatsResponse
-	(*CPUStats)(nil),               // 23: qvirt.launcher.v1.CPUStats
-	(*VCPUStats)(nil),              // 24: qvirt.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),            // 25: qvirt.launcher.v1.MemoryStats
-	(*BlockStats)(nil),             // 26: qvirt.launcher.v1.BlockStats
-	(*ScreenshotResponse)(nil),     // 27: qvirt.launcher.v1.ScreenshotResponse
+	(*MigrationStatus)(nil),        // 21: qvirt.launcher.v1.MigrationStatus
+	(*MigrateRequest)(nil),         // 22: qvirt.launcher.v1.MigrateRequest
+	(*Event)(nil),                  // 23: qvirt.launcher.v1.Event
+	(*StatsResponse)(nil),          // 24: qvirt.launcher.v1.StatsResponse
+	(*CPUStats)(nil),               // 25: qvirt.launcher.v1.CPUStats
+	(*VCPUStats)(nil),              // 26: qvirt.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),            // 27: qvirt.launcher.v1.MemoryStats
+	(*BlockStats)(nil),             // 28: qvirt.launcher.v1.BlockStats
+	(*ScreenshotResponse)(nil),     // 29: qvirt.launcher.v1.ScreenshotResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	0,  // 0: qvirt.launcher.v1.VMSpec.accel:type_name -> qvirt.launcher.v1.Accel
@@ -2209,39 +2504,46 @@ var file_launcher_proto_depIdxs = []int32{
 	6,  // 15: qvirt.launcher.v1.SyncRequest.spec:type_name -> qvirt.launcher.v1.VMSpec
 	4,  // 16: qvirt.launcher.v1.StatusResponse.state:type_name -> qvirt.launcher.v1.State
 	5,  // 17: qvirt.launcher.v1.StatusResponse.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	4,  // 18: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
-	5,  // 19: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	23, // 20: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
-	24, // 21: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
-	25, // 22: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
-	26, // 23: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
-	18, // 24: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
-	17, // 25: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
-	17, // 26: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
-	19, // 27: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
-	17, // 28: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
-	17, // 29: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	17, // 30: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
-	17, // 31: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	17, // 32: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 33: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	17, // 34: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	20, // 35: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 36: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 37: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 38: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 39: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 40: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 41: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
-	22, // 42: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 43: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	27, // 44: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	21, // 45: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	21, // 18: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	4,  // 19: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
+	5,  // 20: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
+	25, // 21: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
+	26, // 22: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
+	27, // 23: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
+	28, // 24: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
+	18, // 25: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
+	17, // 26: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
+	17, // 27: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
+	19, // 28: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
+	17, // 29: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
+	17, // 30: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
+	17, // 31: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	17, // 32: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	17, // 33: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	17, // 34: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	17, // 35: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	18, // 36: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
+	22, // 37: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
+	17, // 38: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
+	20, // 39: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 40: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 41: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 42: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 43: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 44: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 45: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 46: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	20, // 47: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	29, // 48: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	23, // 49: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	20, // 50: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 51: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 52: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
+	39, // [39:53] is the sub-list for method output_type
+	25, // [25:39] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -2261,7 +2563,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

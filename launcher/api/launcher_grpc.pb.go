@@ -22,17 +22,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Launcher_Sync_FullMethodName       = "/qvirt.launcher.v1.Launcher/Sync"
-	Launcher_Pause_FullMethodName      = "/qvirt.launcher.v1.Launcher/Pause"
-	Launcher_Unpause_FullMethodName    = "/qvirt.launcher.v1.Launcher/Unpause"
-	Launcher_Shutdown_FullMethodName   = "/qvirt.launcher.v1.Launcher/Shutdown"
-	Launcher_Kill_FullMethodName       = "/qvirt.launcher.v1.Launcher/Kill"
-	Launcher_Reset_FullMethodName      = "/qvirt.launcher.v1.Launcher/Reset"
-	Launcher_SoftReboot_FullMethodName = "/qvirt.launcher.v1.Launcher/SoftReboot"
-	Launcher_Stats_FullMethodName      = "/qvirt.launcher.v1.Launcher/Stats"
-	Launcher_Status_FullMethodName     = "/qvirt.launcher.v1.Launcher/Status"
-	Launcher_Screenshot_FullMethodName = "/qvirt.launcher.v1.Launcher/Screenshot"
-	Launcher_Events_FullMethodName     = "/qvirt.launcher.v1.Launcher/Events"
+	Launcher_Sync_FullMethodName                   = "/qvirt.launcher.v1.Launcher/Sync"
+	Launcher_Pause_FullMethodName                  = "/qvirt.launcher.v1.Launcher/Pause"
+	Launcher_Unpause_FullMethodName                = "/qvirt.launcher.v1.Launcher/Unpause"
+	Launcher_Shutdown_FullMethodName               = "/qvirt.launcher.v1.Launcher/Shutdown"
+	Launcher_Kill_FullMethodName                   = "/qvirt.launcher.v1.Launcher/Kill"
+	Launcher_Reset_FullMethodName                  = "/qvirt.launcher.v1.Launcher/Reset"
+	Launcher_SoftReboot_FullMethodName             = "/qvirt.launcher.v1.Launcher/SoftReboot"
+	Launcher_Stats_FullMethodName                  = "/qvirt.launcher.v1.Launcher/Stats"
+	Launcher_Status_FullMethodName                 = "/qvirt.launcher.v1.Launcher/Status"
+	Launcher_Screenshot_FullMethodName             = "/qvirt.launcher.v1.Launcher/Screenshot"
+	Launcher_Events_FullMethodName                 = "/qvirt.launcher.v1.Launcher/Events"
+	Launcher_PrepareMigrationTarget_FullMethodName = "/qvirt.launcher.v1.Launcher/PrepareMigrationTarget"
+	Launcher_Migrate_FullMethodName                = "/qvirt.launcher.v1.Launcher/Migrate"
+	Launcher_CancelMigration_FullMethodName        = "/qvirt.launcher.v1.Launcher/CancelMigration"
 )
 
 // LauncherClient is the client API for Launcher service.
@@ -55,6 +58,14 @@ type LauncherClient interface {
 	Screenshot(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ScreenshotResponse, error)
 	// Events streams lifecycle events; the current state is sent first.
 	Events(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// PrepareMigrationTarget starts QEMU for spec waiting for an incoming migration on
+	// migration.sock in the VM directory, and for the copies of its local disks on
+	// migration-disks.sock.
+	PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Migrate starts sending the running VM to a target; progress shows in the status.
+	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// CancelMigration aborts the outgoing migration; the VM keeps running here.
+	CancelMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type launcherClient struct {
@@ -184,6 +195,36 @@ func (c *launcherClient) Events(ctx context.Context, in *Empty, opts ...grpc.Cal
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Launcher_EventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *launcherClient) PrepareMigrationTarget(ctx context.Context, in *SyncRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Launcher_PrepareMigrationTarget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Launcher_Migrate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) CancelMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Launcher_CancelMigration_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LauncherServer is the server API for Launcher service.
 // All implementations must embed UnimplementedLauncherServer
 // for forward compatibility.
@@ -204,6 +245,14 @@ type LauncherServer interface {
 	Screenshot(context.Context, *Empty) (*ScreenshotResponse, error)
 	// Events streams lifecycle events; the current state is sent first.
 	Events(*Empty, grpc.ServerStreamingServer[Event]) error
+	// PrepareMigrationTarget starts QEMU for spec waiting for an incoming migration on
+	// migration.sock in the VM directory, and for the copies of its local disks on
+	// migration-disks.sock.
+	PrepareMigrationTarget(context.Context, *SyncRequest) (*StatusResponse, error)
+	// Migrate starts sending the running VM to a target; progress shows in the status.
+	Migrate(context.Context, *MigrateRequest) (*StatusResponse, error)
+	// CancelMigration aborts the outgoing migration; the VM keeps running here.
+	CancelMigration(context.Context, *Empty) (*StatusResponse, error)
 	mustEmbedUnimplementedLauncherServer()
 }
 
@@ -246,6 +295,15 @@ func (UnimplementedLauncherServer) Screenshot(context.Context, *Empty) (*Screens
 }
 func (UnimplementedLauncherServer) Events(*Empty, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Events not implemented")
+}
+func (UnimplementedLauncherServer) PrepareMigrationTarget(context.Context, *SyncRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PrepareMigrationTarget not implemented")
+}
+func (UnimplementedLauncherServer) Migrate(context.Context, *MigrateRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Migrate not implemented")
+}
+func (UnimplementedLauncherServer) CancelMigration(context.Context, *Empty) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelMigration not implemented")
 }
 func (UnimplementedLauncherServer) mustEmbedUnimplementedLauncherServer() {}
 func (UnimplementedLauncherServer) testEmbeddedByValue()                  {}
@@ -459,6 +517,60 @@ func _Launcher_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Launcher_EventsServer = grpc.ServerStreamingServer[Event]
 
+func _Launcher_PrepareMigrationTarget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).PrepareMigrationTarget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_PrepareMigrationTarget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).PrepareMigrationTarget(ctx, req.(*SyncRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_Migrate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MigrateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).Migrate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_Migrate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).Migrate(ctx, req.(*MigrateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_CancelMigration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).CancelMigration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_CancelMigration_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).CancelMigration(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Launcher_ServiceDesc is the grpc.ServiceDesc for Launcher service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -505,6 +617,18 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Screenshot",
 			Handler:    _Launcher_Screenshot_Handler,
+		},
+		{
+			MethodName: "PrepareMigrationTarget",
+			Handler:    _Launcher_PrepareMigrationTarget_Handler,
+		},
+		{
+			MethodName: "Migrate",
+			Handler:    _Launcher_Migrate_Handler,
+		},
+		{
+			MethodName: "CancelMigration",
+			Handler:    _Launcher_CancelMigration_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -37,6 +37,13 @@ func (l Layout) SerialLog() string    { return filepath.Join(l.Dir, "serial0.log
 func (l Layout) VNCSocket() string    { return filepath.Join(l.Dir, "vnc.sock") }
 func (l Layout) DisksDir() string     { return filepath.Join(l.Dir, "disks") }
 
+// MigrationSocket is where a migration target's QEMU listens for the source's stream.
+func (l Layout) MigrationSocket() string { return filepath.Join(l.Dir, "migration.sock") }
+
+// MigrationDisksSocket is where a migration target serves its local disks (NBD) for the
+// source to mirror into.
+func (l Layout) MigrationDisksSocket() string { return filepath.Join(l.Dir, "migration-disks.sock") }
+
 // OverlayDir is where containerDisk overlays are written.
 func (l Layout) OverlayDir() string {
 	if l.EphemeralDir != "" {

@@ -107,6 +107,12 @@ func (s *Server) ServeFDs(l *net.UnixListener) error {
 
 // Sync starts the VM, or reports on it if it was started with the same spec.
 func (s *Server) Sync(ctx context.Context, req *launcherapi.SyncRequest) (*launcherapi.StatusResponse, error) {
+	return s.sync(ctx, req, (*vm.VM).Start)
+}
+
+// sync creates the VM on the first call and starts it with start; later calls with the same
+// spec report on it.
+func (s *Server) sync(ctx context.Context, req *launcherapi.SyncRequest, start func(*vm.VM, context.Context, *launcherapi.VMSpec) error) (*launcherapi.StatusResponse, error) {
 	if req.GetSpec() == nil {
 		return nil, status.Error(codes.InvalidArgument, "spec: required")
 	}
@@ -130,7 +136,7 @@ func (s *Server) Sync(ctx context.Context, req *launcherapi.SyncRequest) (*launc
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
 	defer cancel()
-	if err := v.Start(sctx, req.Spec); err != nil {
+	if err := start(v, sctx, req.Spec); err != nil {
 		return nil, toStatus(err)
 	}
 	return s.status(ctx, v), nil
@@ -259,7 +265,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, vm.ErrInvalidSpec):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, vm.ErrNotRunning), errors.Is(err, vm.ErrAlreadyStarted):
+	case errors.Is(err, vm.ErrNotRunning), errors.Is(err, vm.ErrAlreadyStarted), errors.Is(err, vm.ErrMigrating), errors.Is(err, vm.ErrNoMigration):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, qmp.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

@@ -38,6 +38,10 @@ func (v *VM) followEvents(events <-chan qmp.Event) {
 			v.poweredOff = false
 			v.mu.Unlock()
 			v.transition(launcherapi.State_STATE_PAUSED, launcherapi.State_STATE_RUNNING, ev.Name)
+		case "MIGRATION":
+			if s, ok := ev.Data["status"].(string); ok {
+				v.incomingMigration(s)
+			}
 		case "RESET", "POWERDOWN", "GUEST_PANICKED":
 			v.mu.Lock()
 			v.publishLocked(ev.Name)
@@ -135,6 +139,9 @@ func exitReason(intent stopIntent, shut *qmp.Event, waitErr error, logTail strin
 	stopped, crashed := launcherapi.State_STATE_STOPPED, launcherapi.State_STATE_CRASHED
 	if intent == intentKill {
 		return stopped, launcherapi.ExitReason_EXIT_REASON_KILLED, "qemu killed by the launcher"
+	}
+	if intent == intentMigrated {
+		return stopped, launcherapi.ExitReason_EXIT_REASON_MIGRATED, "the guest migrated to its target"
 	}
 	if shut != nil {
 		guest, _ := shut.Data["guest"].(bool)

@@ -43,6 +43,17 @@ const balloonPath = "/machine/peripheral/balloon0"
 // Start boots the VM: validate, prepare the directory and disks, start QEMU paused, connect QMP,
 // configure, then resume. ctx bounds the start only; the VM outlives it.
 func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
+	return v.start(ctx, spec, false)
+}
+
+// StartIncoming starts QEMU for spec as a migration target: with the same command line, and
+// -incoming, it listens on MigrationSocket for the source's state and runs the guest once the
+// migration completes (see MigrateIncoming's events in followEvents).
+func (v *VM) StartIncoming(ctx context.Context, spec *launcherapi.VMSpec) error {
+	return v.start(ctx, spec, true)
+}
+
+func (v *VM) start(ctx context.Context, spec *launcherapi.VMSpec, incoming bool) error {
 	v.mu.Lock()
 	if v.started {
 		v.mu.Unlock()
@@ -68,6 +79,10 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 			if argv, err = qemuargs.Build(spec, v.layout); err != nil {
 				return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 			}
+			if incoming {
+				// Listening starts over QMP, once the capabilities match the source's.
+				argv = append(argv, "-incoming", "defer")
+			}
 			return nil
 		}},
 		{"prepare-dir", v.prepareDir},
@@ -76,6 +91,9 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 		{"connect-qmp", v.connectQMP},
 		{"configure", v.configure},
 		{"cont", func(ctx context.Context) error {
+			if incoming {
+				return v.listenIncoming(ctx)
+			}
 			if spec.StartPaused {
 				return nil
 			}
@@ -98,6 +116,11 @@ func (v *VM) Start(ctx context.Context, spec *launcherapi.VMSpec) error {
 	v.mu.Lock()
 	v.status.StartedUnixNano = time.Now().UnixNano()
 	v.mu.Unlock()
+	if incoming {
+		v.setState(launcherapi.State_STATE_MIGRATING_IN, "")
+		v.log.Info("VM waiting for its migration", "pid", v.Status().QemuPid, "socket", v.layout.MigrationSocket())
+		return nil
+	}
 	if spec.StartPaused {
 		v.setState(launcherapi.State_STATE_PAUSED, "")
 		v.log.Info("VM started paused", "pid", v.Status().QemuPid)
@@ -130,7 +153,7 @@ func (v *VM) prepareDir(context.Context) error {
 		return err
 	}
 	// Sockets left by an earlier QEMU would make the new one fail to listen.
-	for _, p := range []string{v.layout.QMPSocket(), v.layout.SerialSocket(), v.layout.VNCSocket()} {
+	for _, p := range []string{v.layout.QMPSocket(), v.layout.SerialSocket(), v.layout.VNCSocket(), v.layout.MigrationSocket(), v.layout.MigrationDisksSocket()} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

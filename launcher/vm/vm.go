@@ -88,6 +88,8 @@ const (
 	intentNone stopIntent = iota
 	intentShutdown
 	intentKill
+	// intentMigrated: the guest runs on the migration target; this QEMU quits.
+	intentMigrated
 )
 
 // New returns a VM that has not started yet.
