@@ -410,6 +410,26 @@ func TestLocalPauseAndUnpause(t *testing.T) {
 	}
 }
 
+// TestLocalMigrateOfAVMThatCannotMoveIsRefused: virtctl migrate of a VM whose LiveMigratable
+// condition is False is refused by the webhook with that condition's reason, and leaves no
+// migration behind to hold a target pod.
+func TestLocalMigrateOfAVMThatCannotMoveIsRefused(t *testing.T) {
+	kubeconfig, bin, kv := cluster(t)
+	_, stderr, code := virtctl(t, kubeconfig, bin, "migrate", vmName)
+	if code == 0 || !strings.Contains(stderr, "Cannot migrate VMI, Reason: NotMigratable") {
+		t.Errorf("migrate: exit %d, stderr %q", code, stderr)
+	}
+	var list v1.VirtualMachineInstanceMigrationList
+	if err := kv.List(context.Background(), &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Items {
+		if m.Spec.VMIName == vmName {
+			t.Errorf("a refused migration was stored: %s (phase %s)", m.Name, m.Status.Phase)
+		}
+	}
+}
+
 // TestLocalLifecycleFollowsVirtctl runs last in this file: it stops the example VM.
 func TestLocalLifecycleFollowsVirtctl(t *testing.T) {
 	kubeconfig, bin, _ := cluster(t)

@@ -145,6 +145,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 	hs := newHTTPServer(o.Limits, sub, watcher, webhooks.Options{
 		Privileged:     webhooks.Privileges{Users: o.PrivilegedUsers, Groups: o.PrivilegedGroups},
 		MaxReviewBytes: o.MaxWebhookBodyBytes,
+		Migrations:     migrationLookup{kubevirt: clients.KubeVirt},
 		Logger:         log.WithName("webhooks"),
 	})
 

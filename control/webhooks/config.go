@@ -7,6 +7,7 @@ package webhooks
 
 import (
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -71,6 +72,11 @@ type Options struct {
 	// MaxReviewBytes caps an AdmissionReview's size; DefaultMaxReviewBytes when zero. A larger
 	// one is answered 413.
 	MaxReviewBytes int64
+	// Migrations looks up a new migration's VMI and the migrations in flight
+	// (ValidateMigrationTarget); nil leaves those checks out.
+	Migrations MigrationLookup
+	// LookupTimeout bounds those lookups (5 s when zero).
+	LookupTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -82,6 +88,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxReviewBytes <= 0 {
 		o.MaxReviewBytes = DefaultMaxReviewBytes
+	}
+	if o.LookupTimeout <= 0 {
+		o.LookupTimeout = 5 * time.Second
 	}
 	return o
 }

@@ -6,10 +6,13 @@ Licensed under the Apache License, Version 2.0.
 package webhooks
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
@@ -157,7 +160,21 @@ func (s *server) validateMigration(req *admissionv1.AdmissionRequest) *admission
 	switch req.Operation {
 	case admissionv1.Create:
 		errs := unknownFields(req.Object.Raw, m)
-		return verdict(append(errs, ValidateMigration(field.NewPath("spec"), &m.Spec)...))
+		errs = append(errs, ValidateMigration(field.NewPath("spec"), &m.Spec)...)
+		if len(errs) > 0 || s.opts.Migrations == nil {
+			return verdict(errs)
+		}
+		if m.Namespace == "" {
+			m.Namespace = req.Namespace
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.LookupTimeout)
+		defer cancel()
+		vmi, others, err := lookupMigrationTarget(ctx, s.opts.Migrations, m)
+		if err != nil {
+			s.opts.Logger.Error(err, "checking a new migration", "migration", req.Namespace+"/"+req.Name, "vmi", m.Spec.VMIName)
+			return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, "checking the migration of VMI %s: %v", m.Spec.VMIName, err)
+		}
+		return verdict(ValidateMigrationTarget(m, vmi, others))
 	case admissionv1.Update:
 		return verdict(ValidateMigrationUpdate(old, m, req.UserInfo, s.opts.Privileged))
 	}
