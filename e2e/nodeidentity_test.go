@@ -17,12 +17,15 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/internal/localcluster"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
@@ -176,9 +179,58 @@ func TestNodeAgentPatchesOnlyItsOwnNode(t *testing.T) {
 	_, _ = c.Kube.CoreV1().Nodes().Patch(ctx, a, types.MergePatchType, undo, metav1.PatchOptions{})
 }
 
+// TestNodeAgentWritesOnlyItsOwnVMIsStatus: with its own pod-bound token, one node's agent may
+// not change the status of a VMI on another node, and the agent of the VMI's node may not move
+// it to another node (deploy/node-restriction.yaml).
+func TestNodeAgentWritesOnlyItsOwnVMIsStatus(t *testing.T) {
+	c := localStack(t)
+	nodes := c.NodeNames()
+	if len(nodes) < 2 {
+		t.Skip("needs two nodes")
+	}
+	a, b := nodes[0], nodes[1]
+	startVM(t, c, vmManifest("fenced", b, "masquerade"))
+	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", "fenced", "--wait=false").Run() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gvr := schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
+	patchAs := func(node, patch string) error {
+		dyn, err := dynamic.NewForConfig(agentConfig(t, ctx, c, node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = dyn.Resource(gvr).Namespace("default").Patch(ctx, "fenced", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
+	}
+	err := patchAs(a, `{"status":{"reason":"hijacked"}}`)
+	if err == nil || !strings.Contains(err.Error(), "only the status of VMIs on its node") {
+		t.Errorf("node %s's agent changed the status of a VMI on %s: %v", a, b, err)
+	}
+	err = patchAs(b, `{"status":{"nodeName":"`+a+`"}}`)
+	if err == nil || !strings.Contains(err.Error(), "may not move a VMI") {
+		t.Errorf("node %s's agent moved its VMI to %s: %v", b, a, err)
+	}
+	if vmi := getVMI(t, c, "fenced"); vmi.Status.NodeName != b || vmi.Status.Reason == "hijacked" {
+		t.Errorf("the VMI's status changed: node %s, reason %q", vmi.Status.NodeName, vmi.Status.Reason)
+	}
+	// The agent of the VMI's node still writes its status: the VMI runs and reports pausing.
+	putSub(t, c, "virtualmachineinstances/fenced/pause")
+	waitCondition(t, ctx, c, "fenced", v1.VirtualMachineInstancePaused, corev1.ConditionTrue)
+}
+
 // agentClient is a client with the credentials of the node agent running on node: a token of
 // its service account bound to its pod, as the kubelet mounts it.
 func agentClient(t *testing.T, ctx context.Context, c *localcluster.Cluster, node string) kubernetes.Interface {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(agentConfig(t, ctx, c, node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube
+}
+
+// agentConfig is the REST configuration of agentClient.
+func agentConfig(t *testing.T, ctx context.Context, c *localcluster.Cluster, node string) *rest.Config {
 	t.Helper()
 	pod := handlerPod(t, c, node)
 	tr, err := c.Kube.CoreV1().ServiceAccounts(localcluster.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
@@ -190,9 +242,5 @@ func agentClient(t *testing.T, ctx context.Context, c *localcluster.Cluster, nod
 	}
 	cfg := rest.AnonymousClientConfig(c.K8s.RESTConfig())
 	cfg.BearerToken = tr.Status.Token
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kube
+	return cfg
 }
