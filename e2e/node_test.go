@@ -66,6 +66,14 @@ func TestVMsOnNodes(t *testing.T) {
 			expect(t, ws, "qvirt-guest", 30*time.Second)
 		}
 	})
+	t.Run("LiveMigratable says why not, as KubeVirt does", func(t *testing.T) {
+		for name, want := range map[string]string{"web-bridge": "InterfaceNotLiveMigratable", "web-masq": "NotMigratable"} {
+			vmi := getVMI(t, c, name)
+			if cond := condition(vmi, v1.VirtualMachineInstanceIsMigratable); cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != want {
+				t.Errorf("%s: LiveMigratable %+v, want False with reason %s", name, cond, want)
+			}
+		}
+	})
 	t.Run("screenshot is a PNG", func(t *testing.T) {
 		png, err := c.K8s.Kubectl("get", "--raw", "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-masq/vnc/screenshot").Output()
 		if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {

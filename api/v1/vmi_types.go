@@ -165,6 +165,12 @@ const (
 	VirtualMachineInstancePodScheduled VirtualMachineInstanceConditionType = VirtualMachineInstanceConditionType(corev1.PodScheduled)
 )
 
+// Reasons of a False LiveMigratable condition, as KubeVirt writes them.
+const (
+	VirtualMachineInstanceReasonDisksNotMigratable     = "DisksNotLiveMigratable"
+	VirtualMachineInstanceReasonInterfaceNotMigratable = "InterfaceNotLiveMigratable"
+)
+
 // VirtualMachineInstanceCondition is a condition of a VMI.
 type VirtualMachineInstanceCondition struct {
 	Type   VirtualMachineInstanceConditionType `json:"type"`

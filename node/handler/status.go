@@ -44,7 +44,8 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		} else {
 			setCondition(vmi, v1.VirtualMachineInstanceReady, ls.State == launcherapi.State_STATE_RUNNING, pick(ls.State == launcherapi.State_STATE_SHUTTING_DOWN, "ShuttingDown", ""), "")
 		}
-		setCondition(vmi, v1.VirtualMachineInstanceIsMigratable, false, "NotMigratable", "qvirt does not live-migrate VMs yet")
+		migratable, reason, msg := liveMigratable(vmi)
+		setCondition(vmi, v1.VirtualMachineInstanceIsMigratable, migratable, reason, msg)
 		vmi.Status.Interfaces = interfaces(vmi, nics)
 	case launcherapi.State_STATE_STOPPED:
 		setPhase(vmi, v1.Succeeded)

@@ -1,0 +1,33 @@
+package handler
+
+import (
+	"fmt"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+)
+
+// reasonNoHandover is the LiveMigratable reason of a VMI that nothing else keeps on its node:
+// the node agents do not hand a VM over between nodes yet, though its launcher can migrate it.
+const reasonNoHandover = "NotMigratable"
+
+// liveMigratable is the VMI's LiveMigratable condition, from KubeVirt's checks in KubeVirt's
+// order (disks, then interfaces), with KubeVirt's reasons and messages. Disks that live with
+// the VM (containerDisk, emptyDisk, cloud-init) move with it.
+func liveMigratable(vmi *v1.VirtualMachineInstance) (ok bool, reason, msg string) {
+	for _, vol := range vmi.Spec.Volumes {
+		switch {
+		case vol.HostDisk != nil && (vol.HostDisk.Shared == nil || !*vol.HostDisk.Shared):
+			return false, v1.VirtualMachineInstanceReasonDisksNotMigratable, "cannot migrate VMI with non-shared HostDisk"
+		case vol.PersistentVolumeClaim != nil:
+			return false, v1.VirtualMachineInstanceReasonDisksNotMigratable,
+				fmt.Sprintf("cannot migrate VMI: PVC %v is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", vol.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	for _, in := range podInterfaces(vmi) {
+		if in.Masquerade == nil {
+			return false, v1.VirtualMachineInstanceReasonInterfaceNotMigratable,
+				"cannot migrate VMI which does not use masquerade, bridge with kubevirt.io/allow-pod-bridge-network-live-migration VM annotation or a migratable plugin to connect to the pod network"
+		}
+	}
+	return false, reasonNoHandover, "qvirt does not live-migrate VMs yet"
+}
