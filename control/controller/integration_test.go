@@ -265,7 +265,8 @@ func TestAgainstKubernetes(t *testing.T) {
 			}
 			mig = got
 			st := got.Status.MigrationState
-			if got.Status.Phase != virtv1.MigrationScheduled || st == nil {
+			// Scheduled, then handed to the node agents (none run here).
+			if got.Status.Phase != virtv1.MigrationPreparingTarget || st == nil {
 				return false, fmt.Sprintf("phase %q", got.Status.Phase)
 			}
 			for _, p := range e.pods(ns) {
@@ -282,9 +283,11 @@ func TestAgainstKubernetes(t *testing.T) {
 		if target.Labels[virtv1.MigrationJobLabel] != string(mig.UID) {
 			t.Errorf("target pod labels %v", target.Labels)
 		}
-		t.Logf("migration Scheduled: %s -> %s", st.SourceNode, st.TargetNode)
+		t.Logf("migration PreparingTarget: %s -> %s", st.SourceNode, st.TargetNode)
 		if v := e.getVMI(ns, "vm"); v.Status.Phase != virtv1.Running || len(v.Status.ActivePods) != 2 {
 			t.Errorf("VMI phase %q activePods %v during the migration", v.Status.Phase, v.Status.ActivePods)
+		} else if vs := v.Status.MigrationState; vs == nil || vs.MigrationUID != mig.UID || vs.TargetPod != target.Name || vs.SourceNode != source {
+			t.Errorf("the VMI's migrationState %+v does not name the migration", vs)
 		}
 
 		// Cancel: the target pod goes, the source keeps running.
@@ -301,6 +304,10 @@ func TestAgainstKubernetes(t *testing.T) {
 			return err != nil, "migration still there"
 		})
 		e.running(ns, "vm")
+		// The node agents are told to stop moving it.
+		if vs := e.getVMI(ns, "vm").Status.MigrationState; vs == nil || !vs.Failed || !strings.Contains(vs.FailureReason, "cancelled") || vs.EndTimestamp == nil {
+			t.Errorf("the VMI's migrationState after the cancel: %+v", vs)
+		}
 	})
 
 	t.Run("MetricsProbesLease", func(t *testing.T) {

@@ -1,7 +1,7 @@
 // Package migration is the migration controller: it admits migrations within
-// the concurrency limits, creates the target launcher pod on another node and
-// follows it to Scheduled. Handing the VMI over to the target is the node
-// agents' part and comes later.
+// the concurrency limits, creates the target launcher pod on another node,
+// and once that runs hands the move to the node agents through the VMI's
+// status.migrationState, following their reports to Succeeded or Failed.
 package migration
 
 import (
@@ -119,20 +119,8 @@ func (r *Reconciler) reconcile(ctx context.Context, mig *virtv1.VirtualMachineIn
 		return r.admit(ctx, mig, vmi)
 	case virtv1.MigrationScheduling:
 		return r.followScheduling(ctx, mig, pods)
-	case virtv1.MigrationScheduled:
-		pod := firstPod(pods)
-		if pod == nil {
-			pod, err = r.confirmPod(ctx, mig)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		switch {
-		case pod == nil:
-			return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonTargetPodMissing, "the target pod disappeared")
-		case vmiutil.PodDownOrGoingDown(pod):
-			return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonTargetPodFailed, fmt.Sprintf("target pod %s stopped", pod.Name))
-		}
+	case virtv1.MigrationScheduled, virtv1.MigrationPreparingTarget, virtv1.MigrationTargetReady, virtv1.MigrationRunning:
+		return r.handOver(ctx, mig, vmi, pods)
 	}
 	return ctrl.Result{}, nil
 }
@@ -228,6 +216,9 @@ func (r *Reconciler) fail(ctx context.Context, mig *virtv1.VirtualMachineInstanc
 	state.FailureReason = msg
 	end := metav1.NewTime(r.now())
 	state.EndTimestamp = &end
+	if err := r.abandonVMIState(ctx, mig, msg); err != nil {
+		return err
+	}
 	if err := r.setPhase(ctx, mig, virtv1.MigrationFailed, state); err != nil {
 		return err
 	}
@@ -237,6 +228,13 @@ func (r *Reconciler) fail(ctx context.Context, mig *virtv1.VirtualMachineInstanc
 // finalize deletes the target pod of a cancelled migration before letting the
 // migration object go.
 func (r *Reconciler) finalize(ctx context.Context, mig *virtv1.VirtualMachineInstanceMigration, pods []corev1.Pod) error {
+	if mig.Status.Phase == virtv1.MigrationSucceeded {
+		// The target pod runs the VMI now: it is no longer the migration's to delete.
+		return client.IgnoreNotFound(vmiutil.RemoveFinalizers(ctx, r.Client, mig, virtv1.VirtualMachineInstanceMigrationFinalizer))
+	}
+	if err := r.abandonVMIState(ctx, mig, "the migration was cancelled"); err != nil {
+		return err
+	}
 	if len(pods) == 0 {
 		live, err := r.targetPods(ctx, r.APIReader, mig)
 		if err != nil {
