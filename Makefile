@@ -149,7 +149,8 @@ test-unit:
 	$(GO) test -count=1 -short ./...
 
 ## bench: measurements printed as numbers (not assertions): launcher RSS and start latency, QMP
-## round trip, webhook latency, controller scale, VMI start burst and per-VM overhead.
+## round trip, live migration time and downtime, webhook latency, controller scale, VMI start
+## burst and per-VM overhead.
 bench: deps guest k8s nodes build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./launcher/... ./qmp/... ./control/virtapi/ ./e2e/...
 
