@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/qvirt/qvirt/e2e/testenv"
-	launcherapi "github.com/qvirt/qvirt/launcher/api"
 )
 
 // TestMain runs virt-launcher's main when the test binary is started as the launcher.
@@ -37,14 +36,7 @@ func TestSIGTERMPowersTheGuestOff(t *testing.T) {
 	g := testenv.RequireGuest(t)
 	tmp := t.TempDir()
 	dir, ephemeral := filepath.Join(tmp, "vm"), filepath.Join(tmp, "ephemeral")
-	spec := &launcherapi.VMSpec{
-		Namespace: "test", Name: "sigterm", MachineType: "q35", Accel: launcherapi.Accel_ACCEL_TCG,
-		Cpu: &launcherapi.CPU{Sockets: 1, Cores: 1, Threads: 1}, MemoryBytes: 256 << 20, Acpi: true,
-		Firmware: &launcherapi.Firmware{KernelBoot: &launcherapi.KernelBoot{KernelPath: g.Kernel, InitrdPath: g.Initrd, Cmdline: "console=ttyS0 quiet"}},
-		Disks: []*launcherapi.Disk{{Name: "rootdisk", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{
-			ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: g.Disk, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}},
-		Devices: &launcherapi.Devices{SerialConsole: true},
-	}
+	spec := g.LauncherSpec("sigterm", 256)
 	b, err := protojson.Marshal(spec)
 	if err != nil {
 		t.Fatal(err)

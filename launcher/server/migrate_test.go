@@ -20,14 +20,7 @@ func TestLauncherAPIMigratesAVM(t *testing.T) {
 	g := testenv.RequireGuest(t)
 	src, dst := startLauncher(t, time.Minute), startLauncher(t, 0)
 	ctx := ctxFor(t, 3*time.Minute)
-	spec := &launcherapi.VMSpec{
-		Namespace: "test", Name: "migrant", MachineType: "q35", Accel: launcherapi.Accel_ACCEL_TCG,
-		Cpu: &launcherapi.CPU{Sockets: 1, Cores: 1, Threads: 1}, MemoryBytes: 128 << 20, Acpi: true,
-		Firmware: &launcherapi.Firmware{KernelBoot: &launcherapi.KernelBoot{KernelPath: g.Kernel, InitrdPath: g.Initrd, Cmdline: "console=ttyS0 quiet"}},
-		Disks: []*launcherapi.Disk{{Name: "rootdisk", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{
-			ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: g.Disk, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}},
-		Devices: &launcherapi.Devices{SerialConsole: true},
-	}
+	spec := g.LauncherSpec("migrant", 128)
 	if _, err := src.client.Migrate(ctx, &launcherapi.MigrateRequest{SocketPath: "/nowhere"}); grpcstatus.Code(err) != codes.FailedPrecondition {
 		t.Errorf("migrate before sync: %v, want FailedPrecondition", err)
 	}

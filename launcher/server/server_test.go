@@ -92,14 +92,8 @@ func TestLauncherAPIDrivesARealVM(t *testing.T) {
 	_, err = l.client.Pause(ctx, &launcherapi.Empty{})
 	wantCode(t, err, codes.FailedPrecondition)
 
-	spec := &launcherapi.VMSpec{
-		Namespace: "test", Name: "grpc", MachineType: "q35", Accel: launcherapi.Accel_ACCEL_TCG,
-		Cpu: &launcherapi.CPU{Sockets: 1, Cores: 1, Threads: 1}, MemoryBytes: 256 << 20, Acpi: true,
-		Firmware: &launcherapi.Firmware{KernelBoot: &launcherapi.KernelBoot{KernelPath: g.Kernel, InitrdPath: g.Initrd, Cmdline: "console=ttyS0 quiet"}},
-		Disks: []*launcherapi.Disk{{Name: "rootdisk", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{
-			ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: g.Disk, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}},
-		Devices: &launcherapi.Devices{SerialConsole: true, MemBalloon: true},
-	}
+	spec := g.LauncherSpec("grpc", 256)
+	spec.Devices.MemBalloon = true
 	const mac = "02:00:00:ab:cd:ef"
 	if os.Geteuid() == 0 {
 		// The node agent's side: open the tap and hand the descriptor over the fd socket.

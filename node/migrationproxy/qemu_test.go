@@ -19,14 +19,7 @@ import (
 func TestQEMUMigratesThroughTheProxy(t *testing.T) {
 	testenv.RequireQEMU(t)
 	g := testenv.RequireGuest(t)
-	spec := &launcherapi.VMSpec{
-		Namespace: "test", Name: "proxied", MachineType: "q35", Accel: launcherapi.Accel_ACCEL_TCG,
-		Cpu: &launcherapi.CPU{Sockets: 1, Cores: 1, Threads: 1}, MemoryBytes: 128 << 20, Acpi: true,
-		Firmware: &launcherapi.Firmware{KernelBoot: &launcherapi.KernelBoot{KernelPath: g.Kernel, InitrdPath: g.Initrd, Cmdline: "console=ttyS0 quiet"}},
-		Disks: []*launcherapi.Disk{{Name: "rootdisk", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{
-			ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: g.Disk, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}},
-		Devices: &launcherapi.Devices{SerialConsole: true},
-	}
+	spec := g.LauncherSpec("proxied", 128)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	src := vm.New(vm.Config{Dir: filepath.Join(t.TempDir(), "source")})

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/control/controller/internal/vmiutil"
 )
 
 // ReasonMigrationFailed is the failure reason when a node agent reports the move failed.
@@ -31,18 +30,9 @@ var phaseOrder = map[virtv1.VirtualMachineInstanceMigrationPhase]int{
 // in it (the target its address once it listens, the source the start and the end). The
 // migration's phase follows: PreparingTarget, TargetReady, Running, Succeeded or Failed.
 func (r *Reconciler) handOver(ctx context.Context, mig *virtv1.VirtualMachineInstanceMigration, vmi *virtv1.VirtualMachineInstance, pods []corev1.Pod) (ctrl.Result, error) {
-	pod := firstPod(pods)
-	if pod == nil {
-		var err error
-		if pod, err = r.confirmPod(ctx, mig); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	switch {
-	case pod == nil:
-		return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonTargetPodMissing, "the target pod disappeared")
-	case vmiutil.PodDownOrGoingDown(pod):
-		return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonTargetPodFailed, fmt.Sprintf("target pod %s stopped", pod.Name))
+	pod, err := r.livePod(ctx, mig, pods)
+	if pod == nil || err != nil {
+		return ctrl.Result{}, err
 	}
 
 	vs := vmi.Status.MigrationState

@@ -168,18 +168,11 @@ func (r *Reconciler) admit(ctx context.Context, mig *virtv1.VirtualMachineInstan
 
 // followScheduling waits for the target pod to run.
 func (r *Reconciler) followScheduling(ctx context.Context, mig *virtv1.VirtualMachineInstanceMigration, pods []corev1.Pod) (ctrl.Result, error) {
-	pod := firstPod(pods)
-	if pod == nil {
-		var err error
-		if pod, err = r.confirmPod(ctx, mig); err != nil {
-			return ctrl.Result{}, err
-		}
+	pod, err := r.livePod(ctx, mig, pods)
+	if pod == nil || err != nil {
+		return ctrl.Result{}, err
 	}
 	switch {
-	case pod == nil:
-		return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonTargetPodMissing, "the target pod disappeared")
-	case vmiutil.PodDownOrGoingDown(pod):
-		return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonTargetPodFailed, fmt.Sprintf("target pod %s stopped", pod.Name))
 	case vmiutil.PodReady(pod):
 		state := mig.Status.MigrationState.DeepCopy()
 		if state == nil {
@@ -296,6 +289,25 @@ func (r *Reconciler) targetPods(ctx context.Context, reader client.Reader, mig *
 		virtv1.MigrationJobLabel: string(mig.UID),
 	})
 	return list.Items, err
+}
+
+// livePod returns the migration's target pod, or fails the migration (and returns nil) when
+// the pod is gone or going.
+func (r *Reconciler) livePod(ctx context.Context, mig *virtv1.VirtualMachineInstanceMigration, pods []corev1.Pod) (*corev1.Pod, error) {
+	pod := firstPod(pods)
+	if pod == nil {
+		var err error
+		if pod, err = r.confirmPod(ctx, mig); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case pod == nil:
+		return nil, r.fail(ctx, mig, pods, ReasonTargetPodMissing, "the target pod disappeared")
+	case vmiutil.PodDownOrGoingDown(pod):
+		return nil, r.fail(ctx, mig, pods, ReasonTargetPodFailed, fmt.Sprintf("target pod %s stopped", pod.Name))
+	}
+	return pod, nil
 }
 
 // confirmPod looks for the target pod past the cache, which may not show a pod
