@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,18 @@ func TestNodeAgentIdentity(t *testing.T) {
 	}
 	issued := map[string]bool{}
 	for _, csr := range csrs.Items {
-		if len(csr.Status.Certificate) > 0 {
-			issued[csr.Spec.Extra["authentication.kubernetes.io/node-name"][0]] = true
+		if len(csr.Status.Certificate) == 0 {
+			continue
+		}
+		issued[csr.Spec.Extra["authentication.kubernetes.io/node-name"][0]] = true
+		// Serving, and the node's identity towards another node's agent.
+		block, _ := pem.Decode(csr.Status.Certificate)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cert.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}) {
+			t.Errorf("the certificate of %s has extended usages %v", cert.Subject.CommonName, cert.ExtKeyUsage)
 		}
 	}
 	for _, n := range nodes {

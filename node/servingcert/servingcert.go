@@ -50,7 +50,7 @@ func Start(ctx context.Context, o Options) (*Source, error) {
 		SignerName:                   nodeapi.SignerName,
 		RequestedCertificateLifetime: &o.Lifetime,
 		Usages: []certificatesv1.KeyUsage{
-			certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth,
+			certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth, certificatesv1.UsageClientAuth,
 		},
 		CertificateStore: &memoryStore{},
 		Name:             "node API serving certificate",

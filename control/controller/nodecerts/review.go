@@ -19,9 +19,11 @@ import (
 // is bound to.
 const NodeNameExtra = "authentication.kubernetes.io/node-name"
 
-// allowedUsages are what a node API serving certificate may be used for.
+// allowedUsages are what a node certificate may be used for: serving the node API and
+// /metrics, and identifying the node to another node's agent (client auth).
 var allowedUsages = []certificatesv1.KeyUsage{
 	certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageServerAuth,
+	certificatesv1.UsageClientAuth,
 }
 
 // Review decides a request: it returns the node the certificate is for, or why it is denied.
@@ -35,6 +37,10 @@ func Review(csr *certificatesv1.CertificateSigningRequest, handlerUser string) (
 		return "", fmt.Errorf("the requester's token is not bound to a pod on a node (no %s)", NodeNameExtra)
 	}
 	node := nodes[0]
+	if node == nodeapi.DefaultClientIdentity {
+		// Its certificate would carry virt-api's client identity, which the node API trusts.
+		return "", fmt.Errorf("node %q has the name of virt-api's client identity; it gets no node certificate", node)
+	}
 	req, err := ParseRequest(csr.Spec.Request)
 	if err != nil {
 		return "", err

@@ -60,9 +60,13 @@ func TestReview(t *testing.T) {
 		"a token not bound to a node": {func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Extra = nil
 		}, NodeNameExtra},
-		"client auth usage": {func(c *certificatesv1.CertificateSigningRequest) {
-			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageClientAuth)
-		}, "client auth"},
+		"a usage beyond the node's": {func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageCodeSigning)
+		}, "may not be asked for"},
+		"a node named as virt-api's client identity": {func(c *certificatesv1.CertificateSigningRequest) {
+			c.Spec.Extra = map[string]certificatesv1.ExtraValue{NodeNameExtra: {"virt-api"}}
+			c.Spec.Request = request(t, "virt-api", []string{"virt-api"}, nil)
+		}, "virt-api's client identity"},
 		"no server auth usage": {func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}
 		}, "server auth is required"},

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -168,11 +169,22 @@ func (r *Reconciler) sign(csr *certificatesv1.CertificateSigningRequest) ([]byte
 		NotBefore:    now.Add(-5 * time.Minute), // clock skew between nodes
 		NotAfter:     notAfter,
 		KeyUsage:     usage,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		ExtKeyUsage:  extKeyUsages(csr.Spec.Usages),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Leaf, req.PublicKey, ca.PrivateKey)
 	if err != nil {
 		return nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// extKeyUsages are the certificate's extended usages: serving always (Review requires it), and
+// client auth when asked for, so that a node agent can present its node's identity to another
+// node's agent (the migration proxy).
+func extKeyUsages(asked []certificatesv1.KeyUsage) []x509.ExtKeyUsage {
+	ext := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	if slices.Contains(asked, certificatesv1.UsageClientAuth) {
+		ext = append(ext, x509.ExtKeyUsageClientAuth)
+	}
+	return ext
 }
