@@ -48,6 +48,10 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		setCondition(vmi, v1.VirtualMachineInstanceIsMigratable, migratable, reason, msg)
 		vmi.Status.Interfaces = interfaces(vmi, nics)
 	case launcherapi.State_STATE_STOPPED:
+		if ls.ExitReason == launcherapi.ExitReason_EXIT_REASON_MIGRATED {
+			// The guest runs on the migration's target: its node's agent reports it now.
+			return
+		}
 		setPhase(vmi, v1.Succeeded)
 		vmi.Status.Reason = ls.ExitReason.String()
 		setCondition(vmi, v1.VirtualMachineInstanceReady, false, "Stopped", ls.Message)
