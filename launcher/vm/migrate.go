@@ -234,6 +234,13 @@ func (v *VM) followMigration(mon *qmp.Client, req *launcherapi.MigrateRequest) q
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			if err := mon.MigrateStartPostcopy(ctx); err != nil {
 				v.log.Error(err, "switching to post-copy")
+			} else {
+				// The switch can be over before a poll sees postcopy-active.
+				v.mu.Lock()
+				if m := v.status.Migration; m != nil {
+					m.Mode = ModePostCopy
+				}
+				v.mu.Unlock()
 			}
 			cancel()
 		case completion > 0 && time.Since(start) > completion:

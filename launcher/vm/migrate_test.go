@@ -120,6 +120,46 @@ func TestLiveMigrationKeepsTheGuest(t *testing.T) {
 
 const diskMarker = "qvirt-disk-moved"
 
+// TestAMigrationThatCannotConvergeSwitchesToPostCopy: a guest rewriting 64 MiB of its RAM
+// under an 8 MiB/s limit does not converge by the completion timeout; allowed post-copy, the
+// migration switches over and completes, and the guest runs on the target with its RAM.
+func TestAMigrationThatCannotConvergeSwitchesToPostCopy(t *testing.T) {
+	src, dst, con := migrationPair(t, "postcopy")
+	run(t, con, "echo kept-$((6*7)) >/run/marker; yes qvirt-dirty-pages | head -c 4194304 >/run/src; echo ready-$((6*7))", "ready-42")
+	if err := con.Type(dirtyLoop); err != nil {
+		t.Fatal(err)
+	}
+	req := &launcherapi.MigrateRequest{SocketPath: dst.Layout().MigrationSocket(), CopyLocalDisks: true, DisksSocketPath: dst.Layout().MigrationDisksSocket(),
+		BandwidthBytesPerSecond: 8 << 20, AllowPostCopy: true, CompletionTimeoutSeconds: 5}
+	if err := src.Migrate(within(t, 10*time.Second), req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-src.Exited():
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the source did not end; its migration: %v", src.Status().Migration)
+	}
+	if m := src.Status().Migration; m.State != qmp.MigrationCompleted || m.Mode != ModePostCopy {
+		t.Fatalf("migration %v, want completed in post-copy", m)
+	}
+	ctx := within(t, time.Minute)
+	for dst.Status().State != launcherapi.State_STATE_RUNNING {
+		if ctx.Err() != nil {
+			t.Fatalf("target status %v", dst.Status())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	con2 := testenv.DialConsole(t, dst.Layout().SerialSocket())
+	if err := con2.Type("\n"); err != nil {
+		t.Fatal(err)
+	}
+	run(t, con2, "cat /run/marker", "kept-42")
+}
+
+// dirtyLoop keeps rewriting 64 MiB of the guest's RAM with non-zero data (QEMU sends zero
+// pages as markers), copied from /run/src at memory speed.
+const dirtyLoop = "while :; do for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do cat /run/src; done >/run/dirty; done &\n"
+
 // TestMigrationCancelKeepsTheGuestOnTheSource: a migration throttled to a crawl is cancelled;
 // the source keeps running the guest and the target is left to be discarded.
 func TestMigrationCancelKeepsTheGuestOnTheSource(t *testing.T) {
