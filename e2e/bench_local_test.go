@@ -170,10 +170,8 @@ func (r *burst) report(b *testing.B) {
 		status = append(status, running.Sub(vmi.CreationTimestamp.Time))
 		statusSched = append(statusSched, running.Sub(scheduled))
 		perNode[vmi.Status.NodeName]++
-		for _, cond := range vmi.Status.Conditions {
-			if cond.Type == v1.VirtualMachineInstancePaused && cond.Status == corev1.ConditionTrue {
-				paused++
-			}
+		if cond := condition(&vmi, v1.VirtualMachineInstancePaused); cond != nil && cond.Status == corev1.ConditionTrue {
+			paused++
 		}
 	}
 	reportPercentiles(b, client, "client-create-to-running")

@@ -91,12 +91,3 @@ func watchPhase(t *testing.T, ctx context.Context, c *localcluster.Cluster, name
 	}()
 	return out
 }
-
-func condition(vmi *v1.VirtualMachineInstance, ct v1.VirtualMachineInstanceConditionType) *v1.VirtualMachineInstanceCondition {
-	for i := range vmi.Status.Conditions {
-		if vmi.Status.Conditions[i].Type == ct {
-			return &vmi.Status.Conditions[i]
-		}
-	}
-	return nil
-}

@@ -262,3 +262,13 @@ func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {
 		t.Logf("--- %s of %s:\n%s", f, name, b)
 	}
 }
+
+// condition is the VMI's condition of type ct, or nil.
+func condition(vmi *v1.VirtualMachineInstance, ct v1.VirtualMachineInstanceConditionType) *v1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == ct {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}

@@ -223,10 +223,8 @@ func waitCondition(t *testing.T, ctx context.Context, c *localcluster.Cluster, n
 		if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, vmi); err != nil {
 			return false, nil
 		}
-		for _, cond := range vmi.Status.Conditions {
-			if cond.Type == ct {
-				return cond.Status == want, nil
-			}
+		if cond := condition(vmi, ct); cond != nil {
+			return cond.Status == want, nil
 		}
 		return want == corev1.ConditionFalse, nil
 	})

@@ -371,13 +371,8 @@ func waitPaused(t *testing.T, kv client.Client, want bool) {
 		vmi := &v1.VirtualMachineInstance{}
 		err := kv.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: vmName}, vmi)
 		if err == nil {
-			paused := false
-			for _, c := range vmi.Status.Conditions {
-				if c.Type == v1.VirtualMachineInstancePaused && c.Status == corev1.ConditionTrue {
-					paused = true
-				}
-			}
-			if paused == want {
+			c := condition(vmi, v1.VirtualMachineInstancePaused)
+			if paused := c != nil && c.Status == corev1.ConditionTrue; paused == want {
 				return
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 	"github.com/qvirt/qvirt/qmp"
 )
@@ -335,7 +337,7 @@ func (v *VM) migrated(mon *qmp.Client, info qmp.MigrationInfo) {
 	}
 	v.stopping = intentMigrated
 	v.mu.Unlock()
-	v.log.Info("migration completed", "downtimeMs", ptrValue(info.Downtime), "totalTimeMs", ptrValue(info.TotalTime))
+	v.log.Info("migration completed", "downtimeMs", ptr.Deref(info.Downtime, 0), "totalTimeMs", ptr.Deref(info.TotalTime, 0))
 	ctx, cancel := context.WithTimeout(context.Background(), v.cfg.QuitTimeout)
 	defer cancel()
 	if err := mon.Quit(ctx); err != nil {
@@ -353,11 +355,4 @@ func migrating(m *launcherapi.MigrationStatus) bool {
 		return false
 	}
 	return m.EndUnixNano == 0
-}
-
-func ptrValue(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

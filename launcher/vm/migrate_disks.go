@@ -54,70 +54,68 @@ func (v *VM) stopExports(ctx context.Context, mon *qmp.Client) error {
 // mirrorLocalDisks copies the source's local disks into the target's exports and waits until
 // every copy is in sync. The mirrors block each guest write until the target has it too
 // (copy-mode write-blocking), so the disks stay in sync up to the switchover: the target may
-// run the guest as soon as the RAM has moved.
+// run the guest as soon as the RAM has moved. It returns the nodes it mirrors, for endMirrors.
 func (v *VM) mirrorLocalDisks(ctx context.Context, mon *qmp.Client, socket string) ([]string, error) {
-	var jobs []string
+	var mirrored []string
 	for _, n := range localDisks(v.spec) {
 		if err := mon.BlockdevAddNBD(ctx, mirrorTarget(n), socket, n); err != nil {
-			return jobs, fmt.Errorf("opening the target's %s: %w", n, err)
+			return mirrored, fmt.Errorf("opening the target's %s: %w", n, err)
 		}
-		job := "mirror-" + n
-		if err := mon.BlockdevMirror(ctx, job, n, mirrorTarget(n)); err != nil {
+		if err := mon.BlockdevMirror(ctx, mirrorJob(n), n, mirrorTarget(n)); err != nil {
 			_ = mon.BlockdevDel(ctx, mirrorTarget(n))
-			return jobs, fmt.Errorf("mirroring %s: %w", n, err)
+			return mirrored, fmt.Errorf("mirroring %s: %w", n, err)
 		}
-		jobs = append(jobs, job)
+		mirrored = append(mirrored, n)
 	}
-	for len(jobs) > 0 {
+	for len(mirrored) > 0 {
 		list, err := mon.QueryBlockJobs(ctx)
 		if err != nil {
-			return jobs, err
+			return mirrored, err
 		}
 		ready := 0
 		for _, j := range list {
 			if j.Error != "" {
-				return jobs, fmt.Errorf("mirror %s: %s", j.Device, j.Error)
+				return mirrored, fmt.Errorf("mirror %s: %s", j.Device, j.Error)
 			}
 			if j.Ready {
 				ready++
 			}
 		}
-		if ready == len(jobs) || v.abortRequested() {
-			return jobs, nil
+		if ready == len(mirrored) || v.abortRequested() {
+			return mirrored, nil
 		}
-		if len(list) < len(jobs) {
-			return jobs, fmt.Errorf("a disk mirror ended before it was in sync (%d of %d running)", len(list), len(jobs))
+		if len(list) < len(mirrored) {
+			return mirrored, fmt.Errorf("a disk mirror ended before it was in sync (%d of %d running)", len(list), len(mirrored))
 		}
 		select {
 		case <-ctx.Done():
-			return jobs, fmt.Errorf("disks not in sync: %w", ctx.Err())
+			return mirrored, fmt.Errorf("disks not in sync: %w", ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 	return nil, nil
 }
 
-// endMirrors stops the disk mirrors (in sync once ready) and closes their targets.
-func (v *VM) endMirrors(mon *qmp.Client, jobs []string) {
+// endMirrors stops the mirrors of nodes (in sync once ready) and closes their targets.
+func (v *VM) endMirrors(mon *qmp.Client, nodes []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, job := range jobs {
-		if err := mon.BlockJobCancel(ctx, job); err != nil {
-			v.log.Error(err, "ending a disk mirror", "job", job)
+	for _, n := range nodes {
+		if err := mon.BlockJobCancel(ctx, mirrorJob(n)); err != nil {
+			v.log.Error(err, "ending a disk mirror", "job", mirrorJob(n))
 		}
 	}
 	// The target nodes go once their jobs have.
-	for _, job := range jobs {
-		node := job[len("mirror-"):]
+	for _, n := range nodes {
 		for {
 			list, err := mon.QueryBlockJobs(ctx)
-			if err != nil || !hasJob(list, job) {
+			if err != nil || !hasJob(list, mirrorJob(n)) {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if err := mon.BlockdevDel(ctx, mirrorTarget(node)); err != nil {
-			v.log.Error(err, "closing a disk mirror's target", "node", node)
+		if err := mon.BlockdevDel(ctx, mirrorTarget(n)); err != nil {
+			v.log.Error(err, "closing a disk mirror's target", "node", n)
 		}
 	}
 }
@@ -132,3 +130,4 @@ func hasJob(list []qmp.BlockJob, job string) bool {
 }
 
 func mirrorTarget(node string) string { return "mig-" + node }
+func mirrorJob(node string) string    { return "mirror-" + node }

@@ -62,9 +62,6 @@ func probeSandbox(ctx context.Context, binary string) error {
 
 // awaitSandbox returns the probe's verdict, logging why QEMU runs without the filter.
 func (v *VM) awaitSandbox(ctx context.Context) bool {
-	if v.cfg.NoSandbox {
-		return false
-	}
 	if err := v.cfg.Sandbox.Wait(ctx); err != nil {
 		v.log.Info("QEMU runs without its seccomp sandbox", "reason", err.Error())
 		return false

@@ -41,11 +41,10 @@ type Config struct {
 	QuitTimeout time.Duration
 	// SerialLogMax caps each of the serial console's two log files (default SerialLogMax).
 	SerialLogMax int64
-	// NoSandbox runs QEMU without its seccomp filter; otherwise the filter is on wherever
-	// Sandbox (ProbeSandbox of QEMUBinary, started by New when nil) shows QEMU can install it.
-	NoSandbox bool
-	Sandbox   *SandboxProbe
-	Log       logr.Logger
+	// Sandbox shows whether QEMU can run under its seccomp filter (ProbeSandbox of QEMUBinary,
+	// started by New when nil); the filter is on wherever it can be.
+	Sandbox *SandboxProbe
+	Log     logr.Logger
 }
 
 const defaultQEMU = "qemu-system-x86_64"
@@ -106,7 +105,7 @@ func New(cfg Config) *VM {
 	l := qemuargs.NewLayout(cfg.Dir)
 	l.Binary = cfg.QEMUBinary
 	l.EphemeralDir = cfg.EphemeralDir
-	if cfg.Sandbox == nil && !cfg.NoSandbox {
+	if cfg.Sandbox == nil {
 		cfg.Sandbox = ProbeSandbox(cfg.QEMUBinary)
 	}
 	return &VM{
