@@ -26,11 +26,16 @@ import (
 	"github.com/qvirt/qvirt/netplumb"
 )
 
-// vmManifest is a tiny-guest VM pinned to node, with the given binding ("bridge" or "masquerade").
+// vmManifest is a tiny-guest VM pinned to node (anywhere when ""), with the given binding
+// ("bridge" or "masquerade").
 func vmManifest(name, node, binding string) string {
 	ports := ""
 	if binding == "masquerade" {
 		ports = "\n            ports:\n            - port: 80"
+	}
+	pin := "\n      nodeSelector: {kubernetes.io/hostname: " + node + "}"
+	if node == "" {
+		pin = ""
 	}
 	return fmt.Sprintf(`apiVersion: kubevirt.io/v1
 kind: VirtualMachine
@@ -40,8 +45,7 @@ spec:
   template:
     metadata:
       labels: {app: %[1]s}
-    spec:
-      nodeSelector: {kubernetes.io/hostname: %[2]s}
+    spec:%[2]s
       terminationGracePeriodSeconds: 20
       domain:
         memory: {guest: 192Mi}
@@ -62,7 +66,7 @@ spec:
       volumes:
       - name: rootdisk
         containerDisk: {image: localhost:5000/qvirt/tiny-disk:latest}
-`, name, node, binding, ports)
+`, name, pin, binding, ports)
 }
 
 // startVM applies a manifest and waits for the VM to run. If the test fails, the guest's

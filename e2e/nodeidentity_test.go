@@ -218,8 +218,13 @@ func TestNodeAgentWritesOnlyItsOwnVMIsStatus(t *testing.T) {
 		t.Errorf("node %s's agent changed the status of a VMI on %s: %v", a, b, err)
 	}
 	err = patchAs(b, `{"status":{"nodeName":"`+a+`"}}`)
-	if err == nil || !strings.Contains(err.Error(), "may not move a VMI") {
+	if err == nil || !strings.Contains(err.Error(), "may move a VMI only to its own node") {
 		t.Errorf("node %s's agent moved its VMI to %s: %v", b, a, err)
+	}
+	// Nor may a node's agent take a VMI for itself without a completed migration to it.
+	err = patchAs(a, `{"status":{"nodeName":"`+a+`"}}`)
+	if err == nil || !strings.Contains(err.Error(), "only the status of VMIs on its node") {
+		t.Errorf("node %s's agent took the VMI from %s: %v", a, b, err)
 	}
 	if vmi := getVMI(t, c, "fenced"); vmi.Status.NodeName != b || vmi.Status.Reason == "hijacked" {
 		t.Errorf("the VMI's status changed: node %s, reason %q", vmi.Status.NodeName, vmi.Status.Reason)

@@ -406,12 +406,19 @@ func TestLocalPauseAndUnpause(t *testing.T) {
 }
 
 // TestLocalMigrateOfAVMThatCannotMoveIsRefused: virtctl migrate of a VM whose LiveMigratable
-// condition is False is refused by the webhook with that condition's reason, and leaves no
-// migration behind to hold a target pod.
+// condition is False (bridge binding on the pod network) is refused by the webhook with that
+// condition's reason, and leaves no migration behind to hold a target pod.
 func TestLocalMigrateOfAVMThatCannotMoveIsRefused(t *testing.T) {
 	kubeconfig, bin, kv := cluster(t)
-	_, stderr, code := virtctl(t, kubeconfig, bin, "migrate", vmName)
-	if code == 0 || !strings.Contains(stderr, "Cannot migrate VMI, Reason: NotMigratable") {
+	c := localStack(t)
+	const name = "unmovable"
+	startVM(t, c, vmManifest(name, "", "bridge"))
+	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", name, "--wait=false").Run() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionFalse)
+	_, stderr, code := virtctl(t, kubeconfig, bin, "migrate", name)
+	if code == 0 || !strings.Contains(stderr, "Cannot migrate VMI, Reason: InterfaceNotLiveMigratable") {
 		t.Errorf("migrate: exit %d, stderr %q", code, stderr)
 	}
 	var list v1.VirtualMachineInstanceMigrationList
@@ -419,7 +426,7 @@ func TestLocalMigrateOfAVMThatCannotMoveIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range list.Items {
-		if m.Spec.VMIName == vmName {
+		if m.Spec.VMIName == name {
 			t.Errorf("a refused migration was stored: %s (phase %s)", m.Name, m.Status.Phase)
 		}
 	}

@@ -109,9 +109,10 @@ type LogVerbosity struct {
 // 5 per cluster, 2 outbound per node, progress timeout 150 s, 150 s per GiB,
 // bandwidth unlimited).
 //
-// qvirt's migration limits are fixed at KubeVirt's defaults, and nothing else is configurable yet.
+// qvirt's parallel migration limits are fixed at KubeVirt's defaults; the settings of one
+// migration (bandwidth, timeouts, auto-converge, post-copy) are read by the node agents.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.nodeDrainTaintKey) && !has(self.allowAutoConverge) && !has(self.bandwidthPerMigration) && !has(self.completionTimeoutPerGiB) && !has(self.maxDowntimeMs) && !has(self.progressTimeout) && !has(self.unsafeMigrationOverride) && !has(self.allowPostCopy) && !has(self.allowWorkloadDisruption) && !has(self.disableTLS) && !has(self.network) && !has(self.matchSELinuxLevelOnMigration) && (!has(self.parallelMigrationsPerCluster) || self.parallelMigrationsPerCluster == 5) && (!has(self.parallelOutboundMigrationsPerNode) || self.parallelOutboundMigrationsPerNode == 2)",message="qvirt does not support migration settings yet: only parallelMigrationsPerCluster 5 and parallelOutboundMigrationsPerNode 2, its fixed limits"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeDrainTaintKey) && !has(self.maxDowntimeMs) && !has(self.unsafeMigrationOverride) && !has(self.allowWorkloadDisruption) && !has(self.disableTLS) && !has(self.network) && !has(self.matchSELinuxLevelOnMigration) && (!has(self.parallelMigrationsPerCluster) || self.parallelMigrationsPerCluster == 5) && (!has(self.parallelOutboundMigrationsPerNode) || self.parallelOutboundMigrationsPerNode == 2)",message="qvirt supports these migration settings: bandwidthPerMigration, completionTimeoutPerGiB, progressTimeout, allowAutoConverge, allowPostCopy, and parallelMigrationsPerCluster 5 and parallelOutboundMigrationsPerNode 2, its fixed limits"
 type MigrationConfiguration struct {
 	// +optional
 	NodeDrainTaintKey *string `json:"nodeDrainTaintKey,omitempty"`

@@ -31,6 +31,7 @@ func main() {
 	flag.StringVar(&o.TLSCertFile, "tls-cert-file", "/etc/virt-handler/certificates/tls.crt", "node API serving certificate (reloaded when it changes)")
 	flag.StringVar(&o.TLSKeyFile, "tls-key-file", "/etc/virt-handler/certificates/tls.key", "node API serving key")
 	flag.StringVar(&o.ClientCAFile, "client-ca-file", "/etc/virt-handler/clientca/ca.crt", "CA of virt-api's client certificate")
+	flag.StringVar(&o.NodeCAFile, "node-ca-file", "/etc/virt-handler/certificates/node-ca.crt", "CA of node certificates, trusted for migrations between nodes; empty: this node takes no part in migrations")
 	flag.StringVar(&o.MetricsListen, "metrics-listen", ":8443", "address of /metrics; empty disables it")
 	flag.DurationVar(&o.StatsInterval, "stats-interval", 10*time.Second, "how often VM statistics are refreshed for scrapes")
 	o.APILimits = nodeapi.DefaultLimits()

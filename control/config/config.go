@@ -31,6 +31,45 @@ type Snapshot struct {
 	UseEmulation bool
 	QPS          float32
 	Burst        int
+	Migrations   Migrations
+}
+
+// Migrations are the KubeVirt CR's spec.configuration.migrations, with KubeVirt's defaults.
+type Migrations struct {
+	// BandwidthPerMigration in bytes per second; 0: unlimited.
+	BandwidthPerMigration uint64
+	// CompletionTimeoutPerGiB in seconds: a migration may last this long per GiB of guest
+	// memory (and local disks) before it is aborted, or switched to post-copy when allowed.
+	CompletionTimeoutPerGiB int64
+	// ProgressTimeout in seconds without progress before a migration is aborted.
+	ProgressTimeout   int64
+	AllowAutoConverge bool
+	AllowPostCopy     bool
+}
+
+// KubeVirt's migration defaults.
+const (
+	DefaultCompletionTimeoutPerGiB int64 = 150
+	DefaultProgressTimeout         int64 = 150
+)
+
+func migrationsFrom(m *v1.MigrationConfiguration) Migrations {
+	out := Migrations{CompletionTimeoutPerGiB: DefaultCompletionTimeoutPerGiB, ProgressTimeout: DefaultProgressTimeout}
+	if m == nil {
+		return out
+	}
+	if q := m.BandwidthPerMigration; q != nil && q.Sign() > 0 {
+		out.BandwidthPerMigration = uint64(q.Value())
+	}
+	if v := m.CompletionTimeoutPerGiB; v != nil && *v > 0 {
+		out.CompletionTimeoutPerGiB = *v
+	}
+	if v := m.ProgressTimeout; v != nil && *v > 0 {
+		out.ProgressTimeout = *v
+	}
+	out.AllowAutoConverge = m.AllowAutoConverge != nil && *m.AllowAutoConverge
+	out.AllowPostCopy = m.AllowPostCopy != nil && *m.AllowPostCopy
+	return out
 }
 
 // FeatureGateEnabled reports whether a gate is on.
@@ -39,11 +78,12 @@ func (s Snapshot) FeatureGateEnabled(name string) bool { return s.FeatureGates[n
 // From derives the snapshot for component c from a KubeVirt CR (nil: defaults). A gate listed
 // in disabledFeatureGates is off even when also enabled.
 func From(kv *v1.KubeVirt, c Component) Snapshot {
-	s := Snapshot{FeatureGates: map[string]bool{}, QPS: DefaultQPS, Burst: DefaultBurst}
+	s := Snapshot{FeatureGates: map[string]bool{}, QPS: DefaultQPS, Burst: DefaultBurst, Migrations: migrationsFrom(nil)}
 	if kv == nil {
 		return s
 	}
 	cfg := kv.Spec.Configuration
+	s.Migrations = migrationsFrom(cfg.MigrationConfiguration)
 	if dc := cfg.DeveloperConfiguration; dc != nil {
 		for _, g := range dc.FeatureGates {
 			if !slices.Contains(dc.DisabledFeatureGates, g) {
@@ -77,7 +117,7 @@ func From(kv *v1.KubeVirt, c Component) Snapshot {
 
 // Equal reports whether two snapshots configure the same thing.
 func (s Snapshot) Equal(o Snapshot) bool {
-	if s.UseEmulation != o.UseEmulation || s.QPS != o.QPS || s.Burst != o.Burst || len(s.FeatureGates) != len(o.FeatureGates) {
+	if s.UseEmulation != o.UseEmulation || s.QPS != o.QPS || s.Burst != o.Burst || s.Migrations != o.Migrations || len(s.FeatureGates) != len(o.FeatureGates) {
 		return false
 	}
 	for g := range s.FeatureGates {

@@ -3,6 +3,9 @@ package config
 import (
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
 
@@ -27,5 +30,25 @@ func TestFromKubeVirtCR(t *testing.T) {
 	}
 	if api.Equal(From(nil, VirtAPI)) || !api.Equal(From(kv, VirtAPI)) {
 		t.Error("Equal")
+	}
+}
+
+func TestMigrationSettings(t *testing.T) {
+	def := From(nil, VirtHandler).Migrations
+	if def != (Migrations{CompletionTimeoutPerGiB: 150, ProgressTimeout: 150}) {
+		t.Errorf("defaults: %+v, want KubeVirt's (150 s per GiB, 150 s progress, unlimited bandwidth)", def)
+	}
+	bw := resource.MustParse("64Mi")
+	kv := &v1.KubeVirt{Spec: v1.KubeVirtSpec{Configuration: v1.KubeVirtConfiguration{MigrationConfiguration: &v1.MigrationConfiguration{
+		BandwidthPerMigration: &bw, CompletionTimeoutPerGiB: ptr.To[int64](20), ProgressTimeout: ptr.To[int64](30),
+		AllowAutoConverge: ptr.To(true), AllowPostCopy: ptr.To(true),
+	}}}}
+	got := From(kv, VirtHandler)
+	want := Migrations{BandwidthPerMigration: 64 << 20, CompletionTimeoutPerGiB: 20, ProgressTimeout: 30, AllowAutoConverge: true, AllowPostCopy: true}
+	if got.Migrations != want {
+		t.Errorf("got %+v, want %+v", got.Migrations, want)
+	}
+	if got.Equal(From(nil, VirtHandler)) {
+		t.Error("a migration setting change must count as a change")
 	}
 }

@@ -110,7 +110,7 @@ func (c *Cluster) createCertificates(ctx context.Context) error {
 	secrets := map[string]map[string][]byte{
 		"kubevirt-virt-api-certs":       {"tls.crt": apiServing.CertPEM, "tls.key": apiServing.KeyPEM},
 		"kubevirt-virt-api-node-client": {"tls.crt": nodeClient.CertPEM, "tls.key": nodeClient.KeyPEM, "ca.crt": nodeCA.CertPEM()},
-		"kubevirt-virt-handler-certs":   {"ca.crt": ca},
+		"kubevirt-virt-handler-certs":   {"ca.crt": ca, "node-ca.crt": nodeCA.CertPEM()},
 		"kubevirt-node-ca":              {"tls.crt": nodeCA.CertPEM(), "tls.key": nodeCAKey},
 	}
 	for name, data := range secrets {

@@ -37,12 +37,21 @@ func (l Layout) SerialLog() string    { return filepath.Join(l.Dir, "serial0.log
 func (l Layout) VNCSocket() string    { return filepath.Join(l.Dir, "vnc.sock") }
 func (l Layout) DisksDir() string     { return filepath.Join(l.Dir, "disks") }
 
+// Names of the migration sockets in a VM directory. On a target the launcher's QEMU listens
+// on the first two; on a source the node agent listens on the Out ones and QEMU connects.
+const (
+	MigrationSocketName         = "migration.sock"
+	MigrationDisksSocketName    = "migration-disks.sock"
+	MigrationOutSocketName      = "migration-out.sock"
+	MigrationOutDisksSocketName = "migration-out-disks.sock"
+)
+
 // MigrationSocket is where a migration target's QEMU listens for the source's stream.
-func (l Layout) MigrationSocket() string { return filepath.Join(l.Dir, "migration.sock") }
+func (l Layout) MigrationSocket() string { return filepath.Join(l.Dir, MigrationSocketName) }
 
 // MigrationDisksSocket is where a migration target serves its local disks (NBD) for the
 // source to mirror into.
-func (l Layout) MigrationDisksSocket() string { return filepath.Join(l.Dir, "migration-disks.sock") }
+func (l Layout) MigrationDisksSocket() string { return filepath.Join(l.Dir, MigrationDisksSocketName) }
 
 // OverlayDir is where containerDisk overlays are written.
 func (l Layout) OverlayDir() string {

@@ -24,6 +24,9 @@ func TestLauncherAPIMigratesAVM(t *testing.T) {
 	if _, err := src.client.Migrate(ctx, &launcherapi.MigrateRequest{SocketPath: "/nowhere"}); grpcstatus.Code(err) != codes.FailedPrecondition {
 		t.Errorf("migrate before sync: %v, want FailedPrecondition", err)
 	}
+	if _, err := src.client.Migrate(ctx, &launcherapi.MigrateRequest{SocketPath: "../escape.sock"}); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Errorf("migrate to a socket outside the VM directory: %v, want InvalidArgument", err)
+	}
 	if _, err := src.client.Sync(ctx, &launcherapi.SyncRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,9 @@ type Options struct {
 	// names accepted (nodeapi.DefaultClientIdentity).
 	ClientCAFile     string
 	ClientIdentities []string
+	// NodeCAFile is the CA of node certificates: another node's agent shows one when it
+	// sends or receives a migration. "" leaves this node out of migrations.
+	NodeCAFile string
 
 	// MetricsListen serves /metrics (kubevirt_vmi_* and the agent's own) over TLS with the node
 	// API's serving certificate; "" disables it.
@@ -133,11 +136,16 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	migration, err := migrationOptions(o, getCert, func() config.Migrations { return watcher.Current().Migrations })
+	if err != nil {
+		return nil, err
+	}
 	h := handler.New(mgr.GetClient(), handler.Options{
 		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, LauncherUID: o.LauncherUID, Network: o.Network,
 		UseEmulation:          func() bool { return watcher.Current().UseEmulation },
 		LauncherCallTimeout:   o.LauncherCallTimeout,
 		MaxPortForwardsPerVMI: o.MaxPortForwardsPerVMI,
+		Migration:             migration,
 		Log:                   log.WithName("handler"),
 	})
 	if err := h.SetupWithManager(mgr); err != nil {
@@ -183,6 +191,20 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 
 // Done reports the first fatal error (or nil after a clean stop).
 func (a *Agent) Done() <-chan error { return a.errc }
+
+// migrationOptions let the handler carry migrations with this node's certificate, trusting the
+// node CA for the other end.
+func migrationOptions(o Options, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), settings func() config.Migrations) (*handler.MigrationOptions, error) {
+	if o.NodeCAFile == "" {
+		return nil, nil
+	}
+	cas, err := tlsfiles.NewCAPool(o.NodeCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("node CA: %w", err)
+	}
+	return &handler.MigrationOptions{AdvertiseHost: o.AdvertiseHost, NodeCAs: cas.Pool, Settings: settings,
+		Certificate: func() (*tls.Certificate, error) { return getCert(nil) }}, nil
+}
 
 // listenNodeAPI serves mutual TLS to virt-api only: its client certificate's CA and name are
 // both checked.

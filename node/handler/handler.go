@@ -34,7 +34,9 @@ type Options struct {
 	// MaxPortForwardsPerVMI caps the port-forward streams open to one VMI at once; 0: no cap.
 	// Console and VNC have one session each per VMI.
 	MaxPortForwardsPerVMI int
-	Log                   logr.Logger
+	// Migration lets the agent carry live migrations; nil: a migration from or to this node fails.
+	Migration *MigrationOptions
+	Log       logr.Logger
 }
 
 // Defaults of Options.

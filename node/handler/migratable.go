@@ -6,10 +6,6 @@ import (
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
 
-// reasonNoHandover is the LiveMigratable reason of a VMI that nothing else keeps on its node:
-// the node agents do not hand a VM over between nodes yet, though its launcher can migrate it.
-const reasonNoHandover = "NotMigratable"
-
 // liveMigratable is the VMI's LiveMigratable condition, from KubeVirt's checks in KubeVirt's
 // order (disks, then interfaces), with KubeVirt's reasons and messages. Disks that live with
 // the VM (containerDisk, emptyDisk, cloud-init) move with it.
@@ -29,5 +25,5 @@ func liveMigratable(vmi *v1.VirtualMachineInstance) (ok bool, reason, msg string
 				"cannot migrate VMI which does not use masquerade, bridge with kubevirt.io/allow-pod-bridge-network-live-migration VM annotation or a migratable plugin to connect to the pod network"
 		}
 	}
-	return false, reasonNoHandover, "qvirt does not live-migrate VMs yet"
+	return true, "", ""
 }

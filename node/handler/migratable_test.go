@@ -37,7 +37,9 @@ func TestLiveMigratableNamesKubeVirtsReason(t *testing.T) {
 		{"bridge on the pod network", vmi("bridge", container), v1.VirtualMachineInstanceReasonInterfaceNotMigratable, "does not use masquerade"},
 		{"non-shared hostDisk", vmi("masquerade", hostDisk(nil)), v1.VirtualMachineInstanceReasonDisksNotMigratable, "non-shared HostDisk"},
 		{"disks are checked first", vmi("bridge", hostDisk(ptr.To(false))), v1.VirtualMachineInstanceReasonDisksNotMigratable, "non-shared HostDisk"},
-		{"masquerade and local disks", vmi("masquerade", container, hostDisk(ptr.To(true))), reasonNoHandover, "does not live-migrate VMs yet"},
+	}
+	if ok, reason, msg := liveMigratable(vmi("masquerade", container, hostDisk(ptr.To(true)))); !ok || reason != "" || msg != "" {
+		t.Errorf("masquerade with a containerDisk and a shared hostDisk: %v %q %q, want migratable", ok, reason, msg)
 	}
 	for _, tc := range cases {
 		ok, reason, msg := liveMigratable(tc.vmi)

@@ -7,10 +7,12 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -41,6 +43,10 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, err
 	}
 	if vmi.Status.NodeName != h.opts.NodeName {
+		if ms := h.migratingHere(vmi); ms != nil && vmi.DeletionTimestamp == nil && !isFinal(vmi) {
+			log := h.log.WithValues("vmi", req.NamespacedName.String())
+			return h.reconcileTarget(ctrl.LoggerInto(ctx, log), vmi, ms)
+		}
 		if st := h.state(vmi, false); st != nil {
 			h.release(st, vmi)
 		}
@@ -74,6 +80,12 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	if err != nil {
 		// The launcher is gone: its pod ends and the controller fails or cleans up the VMI.
 		log.Info("launcher stopped answering", "err", err.Error())
+		if last := st.lastStatus(); last.GetExitReason() == launcherapi.ExitReason_EXIT_REASON_MIGRATED {
+			// It exited once its guest had moved: report the move from what it last said.
+			if _, err := h.driveSource(ctx, vmi, st, lc, last); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		st.close()
 		if isFinal(vmi) {
 			h.release(st, vmi)
@@ -91,7 +103,7 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	case vmi.DeletionTimestamp != nil || isFinal(vmi):
 		h.stop(st, vmi, ls)
 	case ls.State == launcherapi.State_STATE_PENDING && vmi.Status.Phase == v1.Scheduled:
-		if ls, err = h.start(ctx, vmi, st, lc); err != nil {
+		if ls, err = h.start(ctx, vmi, st, lc, lc.client.Sync); err != nil {
 			return h.startFailed(ctx, vmi, err)
 		}
 		st.setStatus(ls)
@@ -106,6 +118,19 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	}
 	if isFinal(vmi) {
 		return ctrl.Result{}, nil
+	}
+	if vmi.DeletionTimestamp == nil {
+		// Status first: the move's own writes start from the VMI as it is now.
+		if err := h.client.Get(ctx, req.NamespacedName, vmi); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		after, err := h.driveSource(ctx, vmi, st, lc, st.lastStatus())
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if after > 0 {
+			return ctrl.Result{RequeueAfter: after}, nil
+		}
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
@@ -122,8 +147,12 @@ func running(ls *launcherapi.StatusResponse) bool {
 	return false
 }
 
+// startRPC is the launcher call that starts the VM from its spec: Sync, or
+// PrepareMigrationTarget on a migration's target.
+type startRPC func(context.Context, *launcherapi.SyncRequest, ...grpc.CallOption) (*launcherapi.StatusResponse, error)
+
 // start plumbs the network, hands over the taps and sends the spec.
-func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st *vmState, lc *launcherConn) (*launcherapi.StatusResponse, error) {
+func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st *vmState, lc *launcherConn, run startRPC) (*launcherapi.StatusResponse, error) {
 	log := ctrl.LoggerFrom(ctx)
 	nics, err := h.plumb(ctx, vmi, st, lc)
 	if err != nil {
@@ -154,7 +183,7 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	ls, err := lc.client.Sync(sctx, &launcherapi.SyncRequest{Spec: spec})
+	ls, err := run(sctx, &launcherapi.SyncRequest{Spec: spec})
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,8 @@ type vmState struct {
 	// forwards counts the open port-forward connections.
 	forwards int
 	cancel   context.CancelFunc
+	// mig is the migration this node carries for the VM, as its source or its target.
+	mig *migrationLink
 
 	// labels and stats feed the metrics collector; stats is refreshed by the stats poller.
 	labels map[string]string
@@ -60,7 +62,12 @@ func (st *vmState) close() {
 	st.mu.Lock()
 	sessions := st.sessions
 	st.sessions = map[string]closer{}
+	mig := st.mig
+	st.mig = nil
 	st.mu.Unlock()
+	if mig != nil {
+		mig.close()
+	}
 	// Outside the lock: closing a session takes it.
 	for _, s := range sessions {
 		_ = s.Close()

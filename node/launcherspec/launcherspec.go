@@ -89,7 +89,7 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 	if c := dom.CPU; c != nil {
 		out.Cpu = &launcherapi.CPU{Sockets: c.Sockets, Cores: c.Cores, Threads: c.Threads, Model: c.Model}
 	}
-	mem, err := guestMemory(dom)
+	mem, err := GuestMemory(dom)
 	if err != nil {
 		errs = append(errs, field.Required(root.Child("memory", "guest"), err.Error()))
 	}
@@ -144,9 +144,9 @@ func machineType(dom *v1.DomainSpec) string {
 	return t // the launcher refuses it with a clear error
 }
 
-// guestMemory is memory.guest, else the memory request, else the limit (the webhook normally
+// GuestMemory is memory.guest, else the memory request, else the limit (the webhook normally
 // filled guest already).
-func guestMemory(dom *v1.DomainSpec) (uint64, error) {
+func GuestMemory(dom *v1.DomainSpec) (uint64, error) {
 	if dom.Memory != nil && dom.Memory.Guest != nil {
 		return uint64(dom.Memory.Guest.Value()), nil
 	}

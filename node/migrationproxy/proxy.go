@@ -25,16 +25,27 @@ const HandshakeTimeout = 10 * time.Second
 // Target serves one stream of a migration on its target node: it accepts TLS connections
 // from the source node on a TCP port and forwards each to the target launcher's unix socket.
 type Target struct {
-	l      net.Listener
-	socket string
-	log    logr.Logger
-	conns  tracker
+	l     net.Listener
+	dial  DialFunc
+	log   logr.Logger
+	conns tracker
 }
 
-// ListenTarget listens on addr (host:0 picks a port). cfg must hold the target node's
-// certificate and require a client certificate; only a peer whose certificate is issued to
-// sourceNode (its common name) is served.
-func ListenTarget(addr string, cfg *tls.Config, sourceNode, socketPath string, log logr.Logger) (*Target, error) {
+// DialFunc connects to a launcher's migration socket.
+type DialFunc func(ctx context.Context) (net.Conn, error)
+
+// DialUnix dials the socket at path.
+func DialUnix(path string) DialFunc {
+	return func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}
+}
+
+// ListenTarget listens on addr (host:0 picks a port) and forwards each stream to what dial
+// reaches. cfg must hold the target node's certificate and require a client certificate; only
+// a peer whose certificate is issued to sourceNode (its common name) is served.
+func ListenTarget(addr string, cfg *tls.Config, sourceNode string, dial DialFunc, log logr.Logger) (*Target, error) {
 	if cfg.ClientAuth != tls.RequireAndVerifyClientCert {
 		return nil, errors.New("migration proxy: the target must verify the source's certificate")
 	}
@@ -44,7 +55,7 @@ func ListenTarget(addr string, cfg *tls.Config, sourceNode, socketPath string, l
 	if err != nil {
 		return nil, err
 	}
-	t := &Target{l: l, socket: socketPath, log: log}
+	t := &Target{l: l, dial: dial, log: log}
 	go t.serve()
 	return t, nil
 }
@@ -78,15 +89,22 @@ func (t *Target) forward(in *tls.Conn) {
 		t.log.Info("migration stream refused", "peer", in.RemoteAddr().String(), "reason", err.Error())
 		return
 	}
-	out, err := net.Dial("unix", t.socket)
+	dctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
+	out, err := t.dial(dctx)
+	cancel()
 	if err != nil {
 		t.log.Error(err, "the target launcher's migration socket")
 		return
 	}
 	defer out.Close()
+	u, ok := out.(halfCloser)
+	if !ok {
+		t.log.Error(nil, "the target launcher's migration socket cannot be half-closed")
+		return
+	}
 	t.conns.add(in, out)
 	defer t.conns.remove(in, out)
-	splice(in, out.(*net.UnixConn))
+	splice(in, u)
 }
 
 // Source serves one stream of a migration on its source node: the source launcher's QEMU
@@ -154,9 +172,15 @@ func (s *Source) forward(in *net.UnixConn) {
 	splice(out, in)
 }
 
+// halfCloser is a stream that can end its writing half alone (TLS and unix sockets).
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
 // splice copies both ways until both directions have ended, passing each end-of-stream on
 // as a half-close so QEMU sees the peer finish.
-func splice(t *tls.Conn, u *net.UnixConn) {
+func splice(t, u halfCloser) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

@@ -85,7 +85,7 @@ func echoSocket(t *testing.T) (string, <-chan struct{}) {
 // of targetName and serves only expectSource.
 func pipe(t *testing.T, certs *nodeCerts, srcName, targetName, expectSource, expectTarget string) (string, <-chan struct{}) {
 	launcherSock, accepted := echoSocket(t)
-	tgt, err := ListenTarget("127.0.0.1:0", certs.targetConfig(targetName), expectSource, launcherSock, testr.New(t))
+	tgt, err := ListenTarget("127.0.0.1:0", certs.targetConfig(targetName), expectSource, DialUnix(launcherSock), testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestATargetWithoutClientVerificationIsRefused(t *testing.T) {
 	certs := newNodeCerts(t)
 	cfg := certs.targetConfig("node-b")
 	cfg.ClientAuth = tls.RequestClientCert
-	if _, err := ListenTarget("127.0.0.1:0", cfg, "node-a", "/nowhere", testr.New(t)); err == nil {
+	if _, err := ListenTarget("127.0.0.1:0", cfg, "node-a", DialUnix("/nowhere"), testr.New(t)); err == nil {
 		t.Fatal("a target that does not verify its peer was started")
 	}
 }

@@ -44,7 +44,7 @@ func TestQEMUMigratesThroughTheProxy(t *testing.T) {
 	certs := newNodeCerts(t)
 	var sockets [2]string
 	for i, launcherSock := range []string{dst.Layout().MigrationSocket(), dst.Layout().MigrationDisksSocket()} {
-		tgt, err := ListenTarget("127.0.0.1:0", certs.targetConfig("node-b"), "node-a", launcherSock, testr.New(t))
+		tgt, err := ListenTarget("127.0.0.1:0", certs.targetConfig("node-b"), "node-a", DialUnix(launcherSock), testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}

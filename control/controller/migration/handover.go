@@ -93,8 +93,9 @@ func (r *Reconciler) setVMIState(ctx context.Context, vmi *virtv1.VirtualMachine
 }
 
 // abandonVMIState marks the VMI's migrationState of mig failed, so the node agents stop moving
-// the VMI; a completed move is left alone.
-func (r *Reconciler) abandonVMIState(ctx context.Context, mig *virtv1.VirtualMachineInstanceMigration, msg string) error {
+// the VMI; a completed move is left alone. abort records that the user cancelled it (the
+// source's agent then reports the abort's outcome).
+func (r *Reconciler) abandonVMIState(ctx context.Context, mig *virtv1.VirtualMachineInstanceMigration, msg string, abort bool) error {
 	vmi := &virtv1.VirtualMachineInstance{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: mig.Namespace, Name: mig.Spec.VMIName}, vmi)
 	if apierrors.IsNotFound(err) {
@@ -110,6 +111,7 @@ func (r *Reconciler) abandonVMIState(ctx context.Context, mig *virtv1.VirtualMac
 	state := vs.DeepCopy()
 	state.Failed = true
 	state.FailureReason = msg
+	state.AbortRequested = state.AbortRequested || abort
 	end := metav1.NewTime(r.now())
 	state.EndTimestamp = &end
 	return r.setVMIState(ctx, vmi, state)

@@ -209,7 +209,7 @@ func (r *Reconciler) fail(ctx context.Context, mig *virtv1.VirtualMachineInstanc
 	state.FailureReason = msg
 	end := metav1.NewTime(r.now())
 	state.EndTimestamp = &end
-	if err := r.abandonVMIState(ctx, mig, msg); err != nil {
+	if err := r.abandonVMIState(ctx, mig, msg, false); err != nil {
 		return err
 	}
 	if err := r.setPhase(ctx, mig, virtv1.MigrationFailed, state); err != nil {
@@ -225,7 +225,7 @@ func (r *Reconciler) finalize(ctx context.Context, mig *virtv1.VirtualMachineIns
 		// The target pod runs the VMI now: it is no longer the migration's to delete.
 		return client.IgnoreNotFound(vmiutil.RemoveFinalizers(ctx, r.Client, mig, virtv1.VirtualMachineInstanceMigrationFinalizer))
 	}
-	if err := r.abandonVMIState(ctx, mig, "the migration was cancelled"); err != nil {
+	if err := r.abandonVMIState(ctx, mig, "the migration was cancelled", true); err != nil {
 		return err
 	}
 	if len(pods) == 0 {

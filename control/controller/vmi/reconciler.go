@@ -90,8 +90,28 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *virtv1.VirtualMachineIn
 	if err := r.writeStatus(ctx, vmi, pod, pods, fail); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.deleteEndedPods(ctx, vmi, pod, pods); err != nil {
+		return ctrl.Result{}, err
+	}
 	// A failed create is retried with the queue's backoff.
 	return ctrl.Result{}, createErr
+}
+
+// deleteEndedPods deletes the VMI's pods that ended and no longer run it: the source pod of a
+// completed migration, a target pod whose migration failed.
+func (r *Reconciler) deleteEndedPods(ctx context.Context, vmi *virtv1.VirtualMachineInstance, active *corev1.Pod, pods []corev1.Pod) error {
+	var ended []corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if vmiutil.PodDone(p) && p.DeletionTimestamp == nil && (active == nil || p.UID != active.UID) {
+			ended = append(ended, *p)
+		}
+	}
+	if len(ended) == 0 {
+		return nil
+	}
+	_, err := r.deletePods(ctx, vmi, ended)
+	return err
 }
 
 // findOrCreatePod returns the VMI's launcher pod, creating it while the VMI
@@ -248,8 +268,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, vmi *virtv1.VirtualMachine
 	st := desiredStatus(vmi, pod, pods, fail, now)
 
 	// Node agents select their VMIs by this label, so it is in place before the
-	// phase tells them to take over.
-	if st.Phase == virtv1.Scheduled && st.NodeName != "" && vmi.Labels[virtv1.NodeNameLabel] != st.NodeName {
+	// phase tells them to take over; it follows the VMI to a migration's target.
+	if (st.Phase == virtv1.Scheduled || st.Phase == virtv1.Running) && st.NodeName != "" && vmi.Labels[virtv1.NodeNameLabel] != st.NodeName {
 		orig := vmi.DeepCopy()
 		if vmi.Labels == nil {
 			vmi.Labels = map[string]string{}
@@ -282,9 +302,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, vmi *virtv1.VirtualMachine
 	return nil
 }
 
-// launcherPod picks the VMI's own (non-migration-target) pod among pods,
+// launcherPod picks the pod that runs the VMI: once a migration handed the VMI over to its
+// target node, the migration's target pod; before, the VMI's own (non-migration-target) pod,
 // preferring the one with the deterministic name.
 func launcherPod(vmi *virtv1.VirtualMachineInstance, pods []corev1.Pod) *corev1.Pod {
+	if ms := vmi.Status.MigrationState; ms != nil && ms.Completed && ms.TargetPod != "" && ms.TargetNode == vmi.Status.NodeName {
+		for i := range pods {
+			if p := &pods[i]; p.Name == ms.TargetPod && metav1.IsControlledBy(p, vmi) {
+				return p
+			}
+		}
+		return nil
+	}
 	want := launcherpod.PodName(vmi.Name, vmi.UID)
 	var found *corev1.Pod
 	for i := range pods {

@@ -274,3 +274,54 @@ func hasFinalizer(o metav1.Object, f string) bool {
 	}
 	return false
 }
+
+// TestMigrationHandover: once a migration's target node took the VMI over, the target pod is
+// the VMI's pod (a deleted source pod does not fail the VMI), the node label follows, and the
+// source pod, ended, is deleted.
+func TestMigrationHandover(t *testing.T) {
+	f := newFixture(t, newVMI("m"))
+	f.reconcile("m")
+	f.setPod(runReady)
+	f.reconcile("m")
+	v := f.vmi("m")
+	source := f.pods()[0]
+
+	target := source.DeepCopy()
+	target.ObjectMeta = metav1.ObjectMeta{Name: "virt-launcher-m-target", Namespace: "ns", UID: "target-uid",
+		Labels: map[string]string{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue, virtv1.CreatedByLabel: string(v.UID), virtv1.MigrationJobLabel: "mig-uid"},
+		OwnerReferences: source.OwnerReferences}
+	target.Spec.NodeName = "node-2"
+	if err := f.c.Create(context.Background(), target); err != nil {
+		t.Fatal(err)
+	}
+	target.Status = source.Status
+	if err := f.c.Status().Update(context.Background(), target); err != nil {
+		t.Fatal(err)
+	}
+	// The source launcher exited after sending the guest; the target's agent took it over.
+	source.Status.Phase = corev1.PodSucceeded
+	if err := f.c.Status().Update(context.Background(), &source); err != nil {
+		t.Fatal(err)
+	}
+	v.Status.Phase = virtv1.Running
+	v.Status.NodeName = "node-2"
+	v.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "mig-uid", Completed: true,
+		SourceNode: "node-1", SourcePod: source.Name, TargetNode: "node-2", TargetPod: target.Name}
+	if err := f.c.Status().Update(context.Background(), v); err != nil {
+		t.Fatal(err)
+	}
+
+	f.reconcile("m")
+	v = f.vmi("m")
+	if v.Status.Phase != virtv1.Running || v.Labels[virtv1.NodeNameLabel] != "node-2" {
+		t.Errorf("phase %q, node label %q: want Running on node-2", v.Status.Phase, v.Labels[virtv1.NodeNameLabel])
+	}
+	if len(v.Status.ActivePods) != 1 || v.Status.ActivePods[target.UID] != "node-2" {
+		t.Errorf("activePods %v, want only the target pod", v.Status.ActivePods)
+	}
+	for _, p := range f.pods() {
+		if p.UID == source.UID {
+			t.Errorf("the ended source pod %s was not deleted", p.Name)
+		}
+	}
+}

@@ -95,12 +95,12 @@ func syncPodScheduled(st *virtv1.VirtualMachineInstanceStatus, pod *corev1.Pod) 
 	})
 }
 
-// activePods maps the UID of every pod bound to a node to that node; during a
-// migration there are two.
+// activePods maps the UID of every pod bound to a node that has not ended to that node;
+// during a migration there are two.
 func activePods(old map[types.UID]string, pods []corev1.Pod) map[types.UID]string {
 	m := map[types.UID]string{}
 	for i := range pods {
-		if n := pods[i].Spec.NodeName; n != "" {
+		if n := pods[i].Spec.NodeName; n != "" && !vmiutil.PodDone(&pods[i]) {
 			m[pods[i].UID] = n
 		}
 	}
