@@ -13,9 +13,9 @@ import (
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/config"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
-	"github.com/qvirt/qvirt/qmp"
 	"github.com/qvirt/qvirt/node/launcherspec"
 	"github.com/qvirt/qvirt/node/migrationproxy"
+	"github.com/qvirt/qvirt/qmp"
 )
 
 // migrationPoll is how often a source re-reads its launcher while a migration runs, besides

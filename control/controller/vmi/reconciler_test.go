@@ -288,7 +288,7 @@ func TestMigrationHandover(t *testing.T) {
 
 	target := source.DeepCopy()
 	target.ObjectMeta = metav1.ObjectMeta{Name: "virt-launcher-m-target", Namespace: "ns", UID: "target-uid",
-		Labels: map[string]string{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue, virtv1.CreatedByLabel: string(v.UID), virtv1.MigrationJobLabel: "mig-uid"},
+		Labels:          map[string]string{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue, virtv1.CreatedByLabel: string(v.UID), virtv1.MigrationJobLabel: "mig-uid"},
 		OwnerReferences: source.OwnerReferences}
 	target.Spec.NodeName = "node-2"
 	if err := f.c.Create(context.Background(), target); err != nil {
