@@ -145,7 +145,9 @@ func (h *Handler) takeOver(ctx context.Context, vmi *v1.VirtualMachineInstance, 
 	nics := st.nics
 	st.mu.Unlock()
 	applyLauncherStatus(next, st.lastStatus(), nics)
-	if err := h.client.Status().Patch(ctx, next, client.MergeFrom(vmi)); err != nil {
+	// An update, not a patch: the whole status is this node's now, written over what the cache
+	// showed only if that was current.
+	if err := h.client.Status().Update(ctx, next); err != nil {
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("the migrated VM runs on this node now")

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/qmp"
 )
 
 // writeStatus reports the launcher's view on the VMI, writing only when something changed.
@@ -34,6 +35,10 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 	if ls == nil || isFinal(vmi) {
 		return
 	}
+	if movedAway(ls) {
+		// The guest runs on the migration's target: its node's agent reports it now.
+		return
+	}
 	switch ls.State {
 	case launcherapi.State_STATE_RUNNING, launcherapi.State_STATE_PAUSED, launcherapi.State_STATE_SHUTTING_DOWN:
 		setPhase(vmi, v1.Running)
@@ -48,10 +53,6 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		setCondition(vmi, v1.VirtualMachineInstanceIsMigratable, migratable, reason, msg)
 		vmi.Status.Interfaces = interfaces(vmi, nics)
 	case launcherapi.State_STATE_STOPPED:
-		if ls.ExitReason == launcherapi.ExitReason_EXIT_REASON_MIGRATED {
-			// The guest runs on the migration's target: its node's agent reports it now.
-			return
-		}
 		setPhase(vmi, v1.Succeeded)
 		vmi.Status.Reason = ls.ExitReason.String()
 		setCondition(vmi, v1.VirtualMachineInstanceReady, false, "Stopped", ls.Message)
@@ -60,6 +61,16 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		vmi.Status.Reason = ls.ExitReason.String()
 		setCondition(vmi, v1.VirtualMachineInstanceReady, false, "Crashed", ls.Message)
 	}
+}
+
+// movedAway reports a source launcher whose guest went to a migration's target: it quits (or
+// has quit) its QEMU, which is no stop of the VM.
+func movedAway(ls *launcherapi.StatusResponse) bool {
+	if ls.ExitReason == launcherapi.ExitReason_EXIT_REASON_MIGRATED {
+		return true
+	}
+	m := ls.GetMigration()
+	return m != nil && m.Outgoing && m.State == qmp.MigrationCompleted
 }
 
 func pick(c bool, yes, no string) string {

@@ -65,6 +65,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := saveSysctls(filepath.Join(o.Dir, "sysctls.json")); err != nil {
 		return fmt.Errorf("nodes: saving kernel settings: %w", err)
 	}
+	if err := prepareVMNodeSysctls(); err != nil {
+		return fmt.Errorf("nodes: %w", err)
+	}
 	if err := ensureBridge(o.Network); err != nil {
 		return fmt.Errorf("nodes: %w", err)
 	}

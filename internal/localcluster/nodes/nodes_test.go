@@ -201,7 +201,7 @@ func TestTwoNodes(t *testing.T) {
 
 func sysctls(t *testing.T) string {
 	var b strings.Builder
-	for _, k := range []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys"} {
+	for _, k := range []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "vm/unprivileged_userfaultfd"} {
 		v, err := os.ReadFile("/proc/sys/" + k)
 		if err != nil {
 			t.Fatal(err)

@@ -16,7 +16,17 @@ import (
 // restores them when it goes down.
 var kubeletSysctls = []string{
 	"vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
-	"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+	"kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes", nodeSysctlUserfaultfd,
+}
+
+// nodeSysctlUserfaultfd is set to 1 on VM nodes, as KubeVirt documents for post-copy
+// migration: the target's QEMU takes page faults with userfaultfd, which an unprivileged launcher
+// may not use otherwise. It is machine-wide, so it is saved and restored with the kubelet's.
+const nodeSysctlUserfaultfd = "vm.unprivileged_userfaultfd"
+
+// prepareVMNodeSysctls applies what a VM node needs beyond the kubelet's own settings.
+func prepareVMNodeSysctls() error {
+	return os.WriteFile(sysctlPath(nodeSysctlUserfaultfd), []byte("1"), 0o644)
 }
 
 // saveSysctls records the current values in file, unless file exists: then an earlier run that did

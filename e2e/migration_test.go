@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/internal/localcluster"
+)
+
+// markRAM writes a marker into a tmpfs of the guest: it lives only in the guest's RAM, so
+// finding it after a move shows the memory moved. The shell computes the marker, so the echo
+// of the typed command never matches it.
+func markRAM(t *testing.T, ws *websocket.Conn) {
+	t.Helper()
+	send(t, ws, "mkdir -p /run/mark && mount -t tmpfs tmpfs /run/mark && echo ram-$((1000+234)) > /run/mark/m && echo marked-$((40+2))\n")
+	expect(t, ws, "marked-42", 30*time.Second)
+}
+
+func requireMarker(t *testing.T, ws *websocket.Conn) {
+	t.Helper()
+	send(t, ws, "cat /run/mark/m\n")
+	expect(t, ws, "ram-1234", 30*time.Second)
+}
+
+// migrationOf waits for the newest migration of vmi to end and returns it.
+func migrationOf(t *testing.T, ctx context.Context, c *localcluster.Cluster, vmi string) *v1.VirtualMachineInstanceMigration {
+	t.Helper()
+	var found *v1.VirtualMachineInstanceMigration
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var list v1.VirtualMachineInstanceMigrationList
+		if err := kv(t, c).List(ctx, &list, client.InNamespace("default")); err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			m := &list.Items[i]
+			if m.Spec.VMIName == vmi && (m.Status.Phase == v1.MigrationSucceeded || m.Status.Phase == v1.MigrationFailed) {
+				found = m
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no migration of %s ended: %v", vmi, err)
+	}
+	return found
+}
+
+func phasesOf(m *v1.VirtualMachineInstanceMigration) []v1.VirtualMachineInstanceMigrationPhase {
+	var out []v1.VirtualMachineInstanceMigrationPhase
+	for _, p := range m.Status.PhaseTransitionTimestamps {
+		out = append(out, p.Phase)
+	}
+	return out
+}
+
+// waitOnePod waits until the VMI has a single launcher pod, on node.
+func waitOnePod(t *testing.T, ctx context.Context, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance, node string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pods := launcherPods(t, c, vmi)
+		if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != node {
+			return false, nil
+		}
+		pod = &pods.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%s never had one launcher pod on %s: %v", vmi.Name, node, err)
+	}
+	return pod
+}
+
+// TestLiveMigration: a running guest marks its RAM and is migrated with virtctl. The migration
+// goes through KubeVirt's phases to Succeeded; the VMI (same uid) runs on the other node with
+// its marker, an uptime that kept growing, one launcher pod (the source's is gone), and its
+// console and port-forward served there.
+func TestLiveMigration(t *testing.T) {
+	kubeconfig, bin, _ := cluster(t)
+	c := localStack(t)
+	const name = "mover"
+	vmi, ws, _, _ := guestWithConsole(t, c, name, "")
+	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", name, "--wait=false").Run() })
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+	markRAM(t, ws)
+	before := uptime(t, ws, "before")
+	source := vmi.Status.NodeName
+
+	stdout, stderr, code := virtctl(t, kubeconfig, bin, "migrate", name)
+	if code != 0 || stdout != "VM "+name+" was scheduled to migrate\n" {
+		t.Fatalf("virtctl migrate: exit %d, %q %q", code, stdout, stderr)
+	}
+	mig := migrationOf(t, ctx, c, name)
+	if mig.Status.Phase != v1.MigrationSucceeded {
+		t.Fatalf("migration %s: %s (%+v)", mig.Name, mig.Status.Phase, mig.Status.MigrationState)
+	}
+	want := []v1.VirtualMachineInstanceMigrationPhase{v1.MigrationScheduling, v1.MigrationScheduled, v1.MigrationPreparingTarget,
+		v1.MigrationTargetReady, v1.MigrationRunning, v1.MigrationSucceeded}
+	for _, p := range want {
+		if !slices.Contains(phasesOf(mig), p) {
+			t.Errorf("migration phases %v lack %s", phasesOf(mig), p)
+		}
+	}
+
+	after := getVMI(t, c, name)
+	ms := after.Status.MigrationState
+	switch {
+	case after.UID != vmi.UID:
+		t.Fatalf("the VMI was replaced: uid %s -> %s", vmi.UID, after.UID)
+	case after.Status.NodeName == source || after.Status.Phase != v1.Running:
+		t.Fatalf("after the migration the VMI is %s on %s (it was on %s)", after.Status.Phase, after.Status.NodeName, source)
+	case ms == nil || !ms.Completed || ms.Failed || ms.SourceNode != source || ms.TargetNode != after.Status.NodeName ||
+		ms.StartTimestamp == nil || ms.EndTimestamp == nil || ms.Mode != v1.MigrationPreCopy || ms.MigrationUID != mig.UID:
+		t.Fatalf("migrationState %+v", ms)
+	}
+	// The controller moves the node label after the node agents moved the VMI.
+	if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(context.Context) (bool, error) {
+		return getVMI(t, c, name).Labels[v1.NodeNameLabel] == after.Status.NodeName, nil
+	}); err != nil {
+		t.Errorf("node label %q, VMI on %s", getVMI(t, c, name).Labels[v1.NodeNameLabel], after.Status.NodeName)
+	}
+	if ready := condition(getVMI(t, c, name), v1.VirtualMachineInstanceReady); ready == nil || ready.Status != corev1.ConditionTrue {
+		t.Errorf("the migrated VMI is not Ready: %+v", ready)
+	}
+	t.Logf("migrated from %s to %s in %s", source, after.Status.NodeName, ms.EndTimestamp.Sub(ms.StartTimestamp.Time))
+	waitOnePod(t, ctx, c, after, after.Status.NodeName)
+
+	// The console is served by the new node's agent: the guest kept its RAM and its clock.
+	ws2 := stream(t, c, "virtualmachineinstances/"+name+"/console")
+	send(t, ws2, "\n")
+	requireMarker(t, ws2)
+	requireUptimeGrew(t, before, uptime(t, ws2, "after"))
+
+	lines, stop := background(t, kubeconfig, bin, "port-forward", "vm/"+name, "18081:80")
+	if line := firstLine(t, lines); line != "Forwarding from 127.0.0.1:18081 -> 80" {
+		t.Fatalf("port-forward: first line %q", line)
+	}
+	hc := &http.Client{Timeout: 15 * time.Second}
+	resp, err := hc.Get("http://127.0.0.1:18081/")
+	if err != nil {
+		t.Fatalf("GET through port-forward on the new node: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "qvirt-guest") {
+		t.Errorf("GET through port-forward on the new node: %s %q", resp.Status, body)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("stopping virtctl port-forward: %v", err)
+	}
+}
