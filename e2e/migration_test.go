@@ -6,11 +6,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,4 +165,158 @@ func TestLiveMigration(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Errorf("stopping virtctl port-forward: %v", err)
 	}
+}
+
+// setMigrations merge-patches the KubeVirt CR's spec.configuration.migrations (JSON; "null"
+// restores the defaults) and waits until every node agent logged the change.
+func setMigrations(t *testing.T, c *localcluster.Cluster, migrations, seen string) {
+	t.Helper()
+	since := metav1.NewTime(time.Now().Add(-time.Second))
+	kvObj := &v1.KubeVirt{}
+	kvObj.Namespace, kvObj.Name = localcluster.Namespace, "kubevirt"
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"configuration":{"migrations":`+migrations+`}}}`))
+	if err := kv(t, c).Patch(context.Background(), kvObj, patch); err != nil {
+		t.Fatalf("KubeVirt CR migrations %s: %v", migrations, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, node := range e2eNodes {
+		pod := handlerPod(t, c, node)
+		err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			b, err := c.Kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(ctx)
+			return err == nil && strings.Contains(string(b), "configuration changed") && strings.Contains(string(b), seen), nil
+		})
+		if err != nil {
+			t.Fatalf("the node agent on %s never took the migration settings %s", node, migrations)
+		}
+	}
+}
+
+// migrationRunning starts a migration of name with virtctl and waits for it to be Running.
+func migrationRunning(t *testing.T, ctx context.Context, c *localcluster.Cluster, kubeconfig, bin, name string) *v1.VirtualMachineInstanceMigration {
+	t.Helper()
+	if _, stderr, code := virtctl(t, kubeconfig, bin, "migrate", name); code != 0 {
+		t.Fatalf("virtctl migrate: exit %d, %q", code, stderr)
+	}
+	var mig *v1.VirtualMachineInstanceMigration
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var list v1.VirtualMachineInstanceMigrationList
+		if err := kv(t, c).List(ctx, &list, client.InNamespace("default")); err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			m := &list.Items[i]
+			if m.Spec.VMIName == name && m.DeletionTimestamp == nil && !migrationEnded(m) {
+				mig = m
+				return m.Status.Phase == v1.MigrationRunning, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the migration of %s never ran: %+v", name, mig)
+	}
+	return mig
+}
+
+func migrationEnded(m *v1.VirtualMachineInstanceMigration) bool {
+	return m.Status.Phase == v1.MigrationSucceeded || m.Status.Phase == v1.MigrationFailed
+}
+
+// waitMigrationState waits for the VMI's migrationState of migration uid to satisfy ok.
+func waitMigrationState(t *testing.T, ctx context.Context, c *localcluster.Cluster, name string, uid types.UID, ok func(*v1.VirtualMachineInstanceMigrationState) bool) *v1.VirtualMachineInstance {
+	t.Helper()
+	var vmi *v1.VirtualMachineInstance
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		vmi = &v1.VirtualMachineInstance{}
+		if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, vmi); err != nil {
+			return false, nil
+		}
+		ms := vmi.Status.MigrationState
+		return ms != nil && ms.MigrationUID == uid && ok(ms), nil
+	})
+	if err != nil {
+		t.Fatalf("migrationState of %s: %+v", name, vmi.Status.MigrationState)
+	}
+	return vmi
+}
+
+// TestMigrationFailuresLeaveTheVMOnItsNode: a guest holding 48 MiB of random data in RAM moves
+// under a 1 MiB/s limit, so each migration runs long enough to be interrupted. migrate-cancel
+// aborts it (abortStatus Succeeded); killing the target's QEMU fails it. Each time the VM keeps
+// running on its node with its RAM, and the target pod goes.
+func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
+	kubeconfig, bin, _ := cluster(t)
+	c := localStack(t)
+	setMigrations(t, c, `{"bandwidthPerMigration":"1Mi","progressTimeout":600,"completionTimeoutPerGiB":3000}`, `"BandwidthPerMigration":1048576`)
+	t.Cleanup(func() { setMigrations(t, c, "null", `"BandwidthPerMigration":0`) })
+	const name = "stayer"
+	vmi, ws, qemu, _ := guestWithConsole(t, c, name, "")
+	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", name, "--wait=false").Run() })
+	node := vmi.Status.NodeName
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+	markRAM(t, ws)
+	send(t, ws, "dd if=/dev/urandom of=/run/mark/junk bs=1M count=48 2>/dev/null; echo filled-$((40+2))\n")
+	expect(t, ws, "filled-42", 2*time.Minute)
+
+	stillHere := func(t *testing.T) {
+		t.Helper()
+		after := getVMI(t, c, name)
+		if after.UID != vmi.UID || after.Status.NodeName != node || after.Status.Phase != v1.Running {
+			t.Fatalf("VMI %s is %s on %s, want Running on %s", after.UID, after.Status.Phase, after.Status.NodeName, node)
+		}
+		waitOnePod(t, ctx, c, after, node)
+		if got := qemuPIDs(t, c, after); len(got) != 1 || got[0] != qemu[0] {
+			t.Errorf("QEMU processes %v, want only the source's %d", got, qemu[0])
+		}
+		ws := stream(t, c, "virtualmachineinstances/"+name+"/console")
+		send(t, ws, "\n")
+		requireMarker(t, ws)
+	}
+
+	t.Run("cancel", func(t *testing.T) {
+		mig := migrationRunning(t, ctx, c, kubeconfig, bin, name)
+		if stdout, stderr, code := virtctl(t, kubeconfig, bin, "migrate-cancel", name); code != 0 {
+			t.Fatalf("virtctl migrate-cancel: exit %d, %q %q", code, stdout, stderr)
+		}
+		after := waitMigrationState(t, ctx, c, name, mig.UID, func(ms *v1.VirtualMachineInstanceMigrationState) bool {
+			return ms.AbortStatus != ""
+		})
+		ms := after.Status.MigrationState
+		if !ms.Failed || !ms.AbortRequested || ms.AbortStatus != v1.MigrationAbortSucceeded || ms.Completed || ms.EndTimestamp == nil {
+			t.Errorf("migrationState after the cancel: %+v", ms)
+		}
+		stillHere(t)
+	})
+
+	t.Run("target QEMU killed", func(t *testing.T) {
+		mig := migrationRunning(t, ctx, c, kubeconfig, bin, name)
+		var target []int
+		for _, pid := range qemuPIDs(t, c, vmi) {
+			if pid != qemu[0] {
+				target = append(target, pid)
+			}
+		}
+		if len(target) != 1 {
+			t.Fatalf("target QEMU processes: %v", target)
+		}
+		if err := syscall.Kill(target[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ended := &v1.VirtualMachineInstanceMigration{}
+		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			err := kv(t, c).Get(ctx, client.ObjectKeyFromObject(mig), ended)
+			return err == nil && migrationEnded(ended), nil
+		}); err != nil || ended.Status.Phase != v1.MigrationFailed {
+			t.Fatalf("migration %s after its target died: %s %v", mig.Name, ended.Status.Phase, err)
+		}
+		after := waitMigrationState(t, ctx, c, name, mig.UID, func(ms *v1.VirtualMachineInstanceMigrationState) bool { return ms.Failed })
+		if ms := after.Status.MigrationState; ms.Completed || ms.FailureReason == "" {
+			t.Errorf("migrationState after the target died: %+v", ms)
+		}
+		t.Logf("failure reason: %s", after.Status.MigrationState.FailureReason)
+		stillHere(t)
+	})
 }

@@ -101,7 +101,7 @@ func (w *Watcher) refresh(ctx context.Context) {
 	w.current = next
 	listeners := append([]func(Snapshot){}, w.listeners...)
 	w.mu.Unlock()
-	w.log.Info("configuration changed", "qps", next.QPS, "burst", next.Burst, "useEmulation", next.UseEmulation, "featureGates", len(next.FeatureGates))
+	w.log.Info("configuration changed", "qps", next.QPS, "burst", next.Burst, "useEmulation", next.UseEmulation, "featureGates", len(next.FeatureGates), "migrations", next.Migrations)
 	for _, fn := range listeners {
 		fn(next)
 	}
