@@ -320,3 +320,50 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		stillHere(t)
 	})
 }
+
+// TestDrainLiveMigratesTheVM: kubectl drain of the node of a VM with evictionStrategy
+// LiveMigrate completes once the VM moved: its launcher pod's eviction is refused (429) and
+// turned into a migration, after which the pod ends. The VMI (same uid) runs on the other
+// node with its RAM.
+func TestDrainLiveMigratesTheVM(t *testing.T) {
+	c := localStack(t)
+	const name = "drained"
+	m := strings.Replace(vmManifest(name, "", "masquerade"), "      terminationGracePeriodSeconds:", "      evictionStrategy: LiveMigrate\n      terminationGracePeriodSeconds:", 1)
+	startVM(t, c, m)
+	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", name, "--wait=false").Run() })
+	vmi := getVMI(t, c, name)
+	node := vmi.Status.NodeName
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+	ws := stream(t, c, "virtualmachineinstances/"+name+"/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 60*time.Second)
+	markRAM(t, ws)
+
+	t.Cleanup(func() { _ = c.K8s.Kubectl("uncordon", node).Run() })
+	out, err := c.K8s.Kubectl("drain", node, "--pod-selector=kubevirt.io/created-by="+string(vmi.UID),
+		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
+	}
+	if !strings.Contains(string(out), "Eviction triggered evacuation of VMI default/"+name) {
+		t.Errorf("kubectl drain did not show the evacuation:\n%s", out)
+	}
+	after := getVMI(t, c, name)
+	if after.UID != vmi.UID || after.Status.NodeName == node || after.Status.Phase != v1.Running {
+		t.Fatalf("after the drain VMI %s is %s on %s (was %s on %s)", after.UID, after.Status.Phase, after.Status.NodeName, vmi.UID, node)
+	}
+	var list v1.VirtualMachineInstanceMigrationList
+	if err := kv(t, c).List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{"kubevirt.io/evacuation": name}); err != nil || len(list.Items) == 0 {
+		t.Errorf("no evacuation migration: %v", err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(context.Context) (bool, error) {
+		return getVMI(t, c, name).Status.EvacuationNodeName == "", nil
+	}); err != nil {
+		t.Errorf("evacuationNodeName stays %q", getVMI(t, c, name).Status.EvacuationNodeName)
+	}
+	ws2 := stream(t, c, "virtualmachineinstances/"+name+"/console")
+	send(t, ws2, "\n")
+	requireMarker(t, ws2)
+}

@@ -38,9 +38,8 @@ type KubeVirtConfiguration struct {
 	MachineType string `json:"machineType,omitempty"`
 	// +optional
 	NetworkConfiguration *NetworkConfiguration `json:"network,omitempty"`
-	// EvictionStrategy is the cluster default; a VMI's own setting wins. qvirt runs None only:
-	// it has neither live migration on eviction nor the hand-over to an external controller.
-	// +kubebuilder:validation:XValidation:rule="self == 'None'",messageExpression="'qvirt does not support the cluster-wide eviction strategy ' + self + ' (live migration on eviction, or handing evictions to an external controller): use None or leave it unset'"
+	// EvictionStrategy is the cluster default; a VMI's own setting wins.
+	// +kubebuilder:validation:Enum=None;LiveMigrate;LiveMigrateIfPossible;External
 	// +optional
 	EvictionStrategy *EvictionStrategy `json:"evictionStrategy,omitempty"`
 	// +optional

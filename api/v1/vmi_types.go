@@ -217,6 +217,10 @@ type VirtualMachineInstanceStatus struct {
 	GuestOSInfo VirtualMachineInstanceGuestOSInfo `json:"guestOSInfo,omitempty"`
 	// +optional
 	MigrationState *VirtualMachineInstanceMigrationState `json:"migrationState,omitempty"`
+	// EvacuationNodeName is the node the VMI must leave: an eviction of its launcher pod there
+	// was turned into an evacuation.
+	// +optional
+	EvacuationNodeName string `json:"evacuationNodeName,omitempty"`
 	// +optional
 	QOSClass *corev1.PodQOSClass `json:"qosClass,omitempty"`
 	// ActivePods maps launcher pod UIDs to node names; two during a migration.

@@ -32,6 +32,8 @@ type Snapshot struct {
 	QPS          float32
 	Burst        int
 	Migrations   Migrations
+	// EvictionStrategy is the cluster's default for VMIs that set none; "" is None.
+	EvictionStrategy v1.EvictionStrategy
 }
 
 // Migrations are the KubeVirt CR's spec.configuration.migrations, with KubeVirt's defaults.
@@ -84,6 +86,9 @@ func From(kv *v1.KubeVirt, c Component) Snapshot {
 	}
 	cfg := kv.Spec.Configuration
 	s.Migrations = migrationsFrom(cfg.MigrationConfiguration)
+	if e := cfg.EvictionStrategy; e != nil && *e != v1.EvictionStrategyNone {
+		s.EvictionStrategy = *e
+	}
 	if dc := cfg.DeveloperConfiguration; dc != nil {
 		for _, g := range dc.FeatureGates {
 			if !slices.Contains(dc.DisabledFeatureGates, g) {
@@ -117,7 +122,7 @@ func From(kv *v1.KubeVirt, c Component) Snapshot {
 
 // Equal reports whether two snapshots configure the same thing.
 func (s Snapshot) Equal(o Snapshot) bool {
-	if s.UseEmulation != o.UseEmulation || s.QPS != o.QPS || s.Burst != o.Burst || s.Migrations != o.Migrations || len(s.FeatureGates) != len(o.FeatureGates) {
+	if s.UseEmulation != o.UseEmulation || s.QPS != o.QPS || s.Burst != o.Burst || s.Migrations != o.Migrations || s.EvictionStrategy != o.EvictionStrategy || len(s.FeatureGates) != len(o.FeatureGates) {
 		return false
 	}
 	for g := range s.FeatureGates {

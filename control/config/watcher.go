@@ -47,6 +47,9 @@ func (w *Watcher) Current() Snapshot {
 // FeatureGateEnabled reports whether a gate is on now.
 func (w *Watcher) FeatureGateEnabled(name string) bool { return w.Current().FeatureGateEnabled(name) }
 
+// ClusterEvictionStrategy is the KubeVirt CR's evictionStrategy ("": None).
+func (w *Watcher) ClusterEvictionStrategy() v1.EvictionStrategy { return w.Current().EvictionStrategy }
+
 // OnChange registers fn to run (synchronously, in order) whenever the snapshot changes.
 func (w *Watcher) OnChange(fn func(Snapshot)) {
 	w.mu.Lock()

@@ -198,6 +198,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err := migR.SetupWithManager(context.Background(), mgr); err != nil {
 		return nil, fmt.Errorf("migration controller: %w", err)
 	}
+	evac := &migration.Evacuation{Client: mgr.GetClient(), Recorder: recorder, Namespace: opts.Namespace}
+	if err := evac.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("evacuation controller: %w", err)
+	}
 	if opts.NodeCA != nil {
 		certs := &nodecerts.Reconciler{Client: mgr.GetClient(), CA: opts.NodeCA,
 			HandlerUser: nodecerts.HandlerUser(opts.Namespace), MaxLifetime: opts.NodeCertLifetime}

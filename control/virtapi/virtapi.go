@@ -146,6 +146,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		Privileged:     webhooks.Privileges{Users: o.PrivilegedUsers, Groups: o.PrivilegedGroups},
 		MaxReviewBytes: o.MaxWebhookBodyBytes,
 		Migrations:     migrationLookup{kubevirt: clients.KubeVirt},
+		Evictions:      evictionLookup{migrationLookup: migrationLookup{kubevirt: clients.KubeVirt}, kube: clients.Kube},
 		Logger:         log.WithName("webhooks"),
 	})
 

@@ -59,6 +59,7 @@ func Register(mux *http.ServeMux, cfg Config, opts Options) {
 		MigrationMutatePath:         s.mutateMigration,
 		MigrationCreateValidatePath: s.validateMigration,
 		MigrationUpdateValidatePath: s.validateMigration,
+		EvictionPath:                s.validateEviction,
 	} {
 		mux.Handle(path, s.handler(path, admit))
 	}

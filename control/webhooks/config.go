@@ -75,6 +75,9 @@ type Options struct {
 	// Migrations looks up a new migration's VMI and the migrations in flight
 	// (ValidateMigrationTarget); nil leaves those checks out.
 	Migrations MigrationLookup
+	// Evictions reads launcher pods and their VMIs for the eviction webhook and marks VMIs for
+	// evacuation; nil lets every eviction through.
+	Evictions EvictionLookup
 	// LookupTimeout bounds those lookups (5 s when zero).
 	LookupTimeout time.Duration
 }

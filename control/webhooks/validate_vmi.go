@@ -167,27 +167,14 @@ func validateScheduling(path *field.Path, spec *v1.VirtualMachineInstanceSpec) f
 	return errs
 }
 
-// validateEvictionStrategy accepts None, KubeVirt's default, which qvirt honours as KubeVirt
-// does: a drained node's launcher pod is evicted, the VMI fails and its VM's runStrategy
-// decides whether it starts again elsewhere. The other strategies need what qvirt lacks:
-// LiveMigrate and LiveMigrateIfPossible move the guest by live migration instead (the latter
-// falls back to None for a VMI that cannot migrate, which with qvirt would be every VMI: the
-// strategy would only ever mean None), External blocks the eviction and marks the VMI for an
-// external controller (status.evacuationNodeName).
+// validateEvictionStrategy accepts KubeVirt's strategies, which virt-api's eviction webhook
+// honours (EvictionDecision).
 func validateEvictionStrategy(p *field.Path, s v1.EvictionStrategy) field.ErrorList {
-	var what string
 	switch s {
-	case v1.EvictionStrategyNone:
+	case v1.EvictionStrategyNone, v1.EvictionStrategyLiveMigrate, v1.EvictionStrategyLiveMigrateIfPossible, v1.EvictionStrategyExternal:
 		return nil
-	case v1.EvictionStrategyLiveMigrate, v1.EvictionStrategyLiveMigrateIfPossible:
-		what = "live migration on eviction"
-	case v1.EvictionStrategyExternal:
-		what = "handing evictions to an external controller"
-	default:
-		return field.ErrorList{invalid(p, s, "%s is set with an unrecognized option: %s", p, s)}
 	}
-	return field.ErrorList{notSupported(p, s, "%s: qvirt does not support the eviction strategy %s (%s): use %s or leave it unset",
-		p, s, what, v1.EvictionStrategyNone)}
+	return field.ErrorList{invalid(p, s, "%s is set with an unrecognized option: %s", p, s)}
 }
 
 func validateMachine(path *field.Path, spec *v1.VirtualMachineInstanceSpec) field.ErrorList {

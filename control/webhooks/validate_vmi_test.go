@@ -152,14 +152,6 @@ func TestValidateVMISpecCore(t *testing.T) {
 			"spec.startStrategy", field.ErrorTypeInvalid, "spec.startStrategy is set with an unrecognized option: Later"},
 		{"eviction strategy", nil, func(s *v1.VirtualMachineInstanceSpec) { s.EvictionStrategy = ptr(v1.EvictionStrategy("Never")) },
 			"spec.evictionStrategy", field.ErrorTypeInvalid, "unrecognized option: Never"},
-		{"eviction by live migration", nil, func(s *v1.VirtualMachineInstanceSpec) { s.EvictionStrategy = ptr(v1.EvictionStrategyLiveMigrate) },
-			"spec.evictionStrategy", field.ErrorTypeNotSupported,
-			"spec.evictionStrategy: qvirt does not support the eviction strategy LiveMigrate (live migration on eviction): use None or leave it unset"},
-		{"eviction by live migration if possible", nil, func(s *v1.VirtualMachineInstanceSpec) {
-			s.EvictionStrategy = ptr(v1.EvictionStrategyLiveMigrateIfPossible)
-		}, "spec.evictionStrategy", field.ErrorTypeNotSupported, "the eviction strategy LiveMigrateIfPossible (live migration on eviction): use None"},
-		{"eviction by an external controller", nil, func(s *v1.VirtualMachineInstanceSpec) { s.EvictionStrategy = ptr(v1.EvictionStrategyExternal) },
-			"spec.evictionStrategy", field.ErrorTypeNotSupported, "the eviction strategy External (handing evictions to an external controller): use None"},
 		{"dns policy", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = "Custom" },
 			"spec.dnsPolicy", field.ErrorTypeNotSupported, "DNSPolicy: Custom is not supported"},
 		{"dns policy None without servers", nil, func(s *v1.VirtualMachineInstanceSpec) { s.DNSPolicy = corev1.DNSNone },

@@ -47,7 +47,7 @@ var kubeVirtSamples = map[string][]any{
 // does.
 var kubeVirtAsUnset = map[string]map[string]string{
 	"spec.imagePullPolicy":                                            {"IfNotPresent": "KubeVirt's default, written by its release manifest"},
-	"spec.configuration.evictionStrategy":                             {"None": "KubeVirt's default, and what qvirt does"},
+	"spec.configuration.evictionStrategy":                             {"None": "KubeVirt's default: no eviction strategy"},
 	"spec.configuration.machineType":                                  {"q35": "the default machine type"},
 	"spec.configuration.network.defaultNetworkInterface":              {"bridge": "KubeVirt's default, and qvirt's"},
 	"spec.configuration.network.permitBridgeInterfaceOnPodNetwork":    {"true": "KubeVirt's default, and qvirt's"},

@@ -104,8 +104,7 @@ func pick(required bool, a, b any) []any {
 // leaving the field out says: KubeVirt's defaults, which its virtctl and common manifests write
 // out, and what qvirt does anyway. Each value is checked to be accepted without effect.
 var sameAsUnset = map[string]map[string]string{
-	"spec.architecture":     {"amd64": "the only architecture, and the default"},
-	"spec.evictionStrategy": {"None": "KubeVirt's default: a drained node's launcher pod is evicted, the VMI fails and its VM's runStrategy decides what next"},
+	"spec.architecture": {"amd64": "the only architecture, and the default"},
 	"spec.domain.machine.type": {
 		"q35":              "the default",
 		"pc-q35-rhel9.6.0": "a versioned q35, as KubeVirt templates write it, runs as q35",
@@ -159,6 +158,7 @@ var actedOnElsewhere = map[string]string{
 	"spec.domain.devices.interfaces[].ports[].protocol": "the protocol of a forwarded port (node/podnet)",
 	"spec.domain.devices.interfaces[].ports[].name":     "a label of the port, checked to be unique and well-formed; KubeVirt does no more with it",
 	"spec.networks[].pod.vmNetworkCIDR":                 "the subnet of the masquerade binding's gateway and guest (node/podnet)",
+	"spec.evictionStrategy":                             "virt-api's eviction webhook and virt-controller's evacuation (control/webhooks EvictionDecision)",
 }
 
 // knownGaps are fields accepted without effect that are yet to be acted on or refused; the test
