@@ -111,7 +111,7 @@ type LogVerbosity struct {
 // qvirt's parallel migration limits are fixed at KubeVirt's defaults; the settings of one
 // migration (bandwidth, timeouts, auto-converge, post-copy) are read by the node agents.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.nodeDrainTaintKey) && !has(self.maxDowntimeMs) && !has(self.unsafeMigrationOverride) && !has(self.allowWorkloadDisruption) && !has(self.disableTLS) && !has(self.network) && !has(self.matchSELinuxLevelOnMigration) && (!has(self.parallelMigrationsPerCluster) || self.parallelMigrationsPerCluster == 5) && (!has(self.parallelOutboundMigrationsPerNode) || self.parallelOutboundMigrationsPerNode == 2)",message="qvirt supports these migration settings: bandwidthPerMigration, completionTimeoutPerGiB, progressTimeout, allowAutoConverge, allowPostCopy, and parallelMigrationsPerCluster 5 and parallelOutboundMigrationsPerNode 2, its fixed limits"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeDrainTaintKey) && !has(self.maxDowntimeMs) && !has(self.unsafeMigrationOverride) && !has(self.allowWorkloadDisruption) && !has(self.disableTLS) && !has(self.network) && !has(self.matchSELinuxLevelOnMigration) && (!has(self.parallelMigrationsPerCluster) || self.parallelMigrationsPerCluster == 5) && (!has(self.parallelOutboundMigrationsPerNode) || self.parallelOutboundMigrationsPerNode == 2)",message="qvirt does not support these migration settings: it reads bandwidthPerMigration, completionTimeoutPerGiB, progressTimeout, allowAutoConverge and allowPostCopy, and accepts parallelMigrationsPerCluster 5 and parallelOutboundMigrationsPerNode 2, its fixed limits"
 type MigrationConfiguration struct {
 	// +optional
 	NodeDrainTaintKey *string `json:"nodeDrainTaintKey,omitempty"`

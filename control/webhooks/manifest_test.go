@@ -60,7 +60,7 @@ func TestWebhookManifests(t *testing.T) {
 			t.Fatalf("unexpected document kind %q", head.Kind)
 		}
 	}
-	if len(hooks) != 7 {
+	if len(hooks) != 8 {
 		t.Errorf("%d webhooks", len(hooks))
 	}
 	for _, h := range hooks {
@@ -72,14 +72,23 @@ func TestWebhookManifests(t *testing.T) {
 		if _, pattern := mux.Handler(&http.Request{Method: http.MethodPost, URL: mustURL(*s.Path)}); pattern != *s.Path {
 			t.Errorf("%s: path %s is not served", h.name, *s.Path)
 		}
-		if h.sides == nil || *h.sides != admissionregistrationv1.SideEffectClassNone || h.policy == nil || *h.policy != admissionregistrationv1.Fail {
+		// The eviction webhook marks the VMI to evacuate, except on a dry run.
+		sides := admissionregistrationv1.SideEffectClassNone
+		if *s.Path == EvictionPath {
+			sides = admissionregistrationv1.SideEffectClassNoneOnDryRun
+		}
+		if h.sides == nil || *h.sides != sides || h.policy == nil || *h.policy != admissionregistrationv1.Fail {
 			t.Errorf("%s: sideEffects %v, failurePolicy %v", h.name, h.sides, h.policy)
 		}
 		if len(h.versions) != 1 || h.versions[0] != "v1" {
 			t.Errorf("%s: admissionReviewVersions %v", h.name, h.versions)
 		}
 		for _, r := range h.rules {
-			if len(r.APIGroups) != 1 || r.APIGroups[0] != "kubevirt.io" || len(r.APIVersions) != 1 || r.APIVersions[0] != "v1" {
+			group := "kubevirt.io"
+			if *s.Path == EvictionPath {
+				group = ""
+			}
+			if len(r.APIGroups) != 1 || r.APIGroups[0] != group || len(r.APIVersions) != 1 || r.APIVersions[0] != "v1" {
 				t.Errorf("%s: rule %+v", h.name, r)
 			}
 			for _, res := range r.Resources {
@@ -88,7 +97,7 @@ func TestWebhookManifests(t *testing.T) {
 		}
 	}
 	for _, res := range []string{"virtualmachines", "virtualmachineinstances", "virtualmachineinstancemigrations",
-		"virtualmachines/status", "virtualmachineinstances/status", "virtualmachineinstancemigrations/status"} {
+		"virtualmachines/status", "virtualmachineinstances/status", "virtualmachineinstancemigrations/status", "pods/eviction"} {
 		if !resources[res] {
 			t.Errorf("no webhook for %s", res)
 		}

@@ -54,6 +54,8 @@ var kubeVirtAsUnset = map[string]map[string]string{
 	"spec.configuration.developerConfiguration.memoryOvercommit":      {"100": "KubeVirt's default: no overcommit, as in qvirt"},
 	"spec.configuration.developerConfiguration.useEmulation":          {"false": "the default"},
 	"spec.configuration.migrations.parallelMigrationsPerCluster":      {"5": "qvirt's fixed limit, KubeVirt's default"},
+	"spec.configuration.migrations.allowAutoConverge":                 {"false": "KubeVirt's default: off"},
+	"spec.configuration.migrations.allowPostCopy":                     {"false": "KubeVirt's default: off"},
 	"spec.configuration.migrations.parallelOutboundMigrationsPerNode": {"2": "qvirt's fixed limit, KubeVirt's default"},
 }
 
