@@ -39,16 +39,10 @@ func (h *Handler) reconcileTarget(ctx context.Context, vmi *v1.VirtualMachineIns
 		})
 	}
 	st := h.state(vmi, true)
-	lc := st.launcher()
-	if lc == nil {
-		var err error
-		if lc, err = dialLauncher(st.dir); err != nil {
-			log.V(1).Info("target launcher not reachable yet", "err", err.Error())
-			return ctrl.Result{RequeueAfter: retryLauncher}, nil
-		}
-		st.mu.Lock()
-		st.lc = lc
-		st.mu.Unlock()
+	lc, err := st.connect()
+	if err != nil {
+		log.V(1).Info("target launcher not reachable yet", "err", err.Error())
+		return ctrl.Result{RequeueAfter: retryLauncher}, nil
 	}
 	ls, err := lc.status(ctx)
 	if err != nil {

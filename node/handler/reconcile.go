@@ -61,20 +61,14 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 	ctx = ctrl.LoggerInto(ctx, log)
 	st := h.state(vmi, true)
 
-	lc := st.launcher()
-	if lc == nil {
-		var err error
-		if lc, err = dialLauncher(st.dir); err != nil {
-			if isFinal(vmi) {
-				h.release(st, vmi)
-				return ctrl.Result{}, nil
-			}
-			log.V(1).Info("launcher not reachable yet", "err", err.Error())
-			return ctrl.Result{RequeueAfter: retryLauncher}, nil
+	lc, err := st.connect()
+	if err != nil {
+		if isFinal(vmi) {
+			h.release(st, vmi)
+			return ctrl.Result{}, nil
 		}
-		st.mu.Lock()
-		st.lc = lc
-		st.mu.Unlock()
+		log.V(1).Info("launcher not reachable yet", "err", err.Error())
+		return ctrl.Result{RequeueAfter: retryLauncher}, nil
 	}
 	ls, err := lc.status(ctx)
 	if err != nil {

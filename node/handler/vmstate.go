@@ -57,6 +57,21 @@ func (st *vmState) launcher() *launcherConn {
 	return st.lc
 }
 
+// connect returns the launcher connection, dialing the launcher when there is none yet.
+func (st *vmState) connect() (*launcherConn, error) {
+	if lc := st.launcher(); lc != nil {
+		return lc, nil
+	}
+	lc, err := dialLauncher(st.dir)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	st.lc = lc
+	st.mu.Unlock()
+	return lc, nil
+}
+
 // close ends sessions and the event watch, and the launcher connection.
 func (st *vmState) close() {
 	st.mu.Lock()
