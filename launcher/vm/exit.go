@@ -26,11 +26,14 @@ func (v *VM) followEvents(events <-chan qmp.Event) {
 		case "SHUTDOWN":
 			v.guestShutdown(ev)
 		case "STOP":
-			// QEMU also stops the vCPUs when the guest powers off (-no-shutdown): not a pause.
+			// QEMU also stops the vCPUs when the guest powers off (-no-shutdown) and when an
+			// outgoing migration enters its last stage or post-copy: neither is a pause.
 			v.mu.Lock()
 			off := v.poweredOff
+			m := v.status.Migration
+			moving := m != nil && m.Outgoing && migrating(m)
 			v.mu.Unlock()
-			if !off {
+			if !off && !moving {
 				v.transition(launcherapi.State_STATE_RUNNING, launcherapi.State_STATE_PAUSED, ev.Name)
 			}
 		case "RESUME":

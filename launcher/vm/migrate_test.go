@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,6 +58,17 @@ func TestLiveMigrationKeepsTheGuest(t *testing.T) {
 	run(t, con, "echo moved-$((6*7)) >/run/marker; echo "+diskMarker+" | dd of=/dev/vda bs=512 seek=60000 conv=fsync 2>/dev/null; echo wrote-$((6*7))", "wrote-42")
 	before := guestUptime(t, con)
 
+	// QEMU stops the vCPUs for the last stage of the move: the source must not report a pause.
+	events, unsubscribe := src.Subscribe()
+	defer unsubscribe()
+	var states []launcherapi.State
+	seen := make(chan struct{})
+	go func() {
+		defer close(seen)
+		for ev := range events {
+			states = append(states, ev.State)
+		}
+	}()
 	req := &launcherapi.MigrateRequest{SocketPath: dst.Layout().MigrationSocket(), CopyLocalDisks: true, DisksSocketPath: dst.Layout().MigrationDisksSocket()}
 	if err := src.Migrate(within(t, 10*time.Second), req); err != nil {
 		t.Fatal(err)
@@ -75,6 +87,10 @@ func TestLiveMigrationKeepsTheGuest(t *testing.T) {
 	st := src.Status()
 	if st.State != launcherapi.State_STATE_STOPPED || st.ExitReason != launcherapi.ExitReason_EXIT_REASON_MIGRATED {
 		t.Fatalf("source status %v, want STOPPED, MIGRATED", st)
+	}
+	<-seen
+	if slices.Contains(states, launcherapi.State_STATE_PAUSED) {
+		t.Errorf("the source reported the states %v during its migration: a pause", states)
 	}
 	m := st.Migration
 	if m.State != qmp.MigrationCompleted || !m.Outgoing || m.TransferredBytes == 0 || m.EndUnixNano < m.StartUnixNano || m.Mode != ModePreCopy {

@@ -64,9 +64,10 @@ func (r *Reconciler) handOver(ctx context.Context, mig *virtv1.VirtualMachineIns
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.fail(ctx, mig, pods, ReasonMigrationFailed, reason)
-	case vs.Completed:
+	case vs.Completed && vmi.Status.NodeName == vs.TargetNode:
+		// Succeeded once the target's agent took the VMI over: from then on it runs there.
 		phase = virtv1.MigrationSucceeded
-	case vs.StartTimestamp != nil:
+	case vs.StartTimestamp != nil || vs.Completed:
 		phase = virtv1.MigrationRunning
 	case vs.TargetNodeAddress != "":
 		phase = virtv1.MigrationTargetReady

@@ -73,7 +73,8 @@ func TestMigrationFollowsTheNodeAgents(t *testing.T) {
 			s.TargetDirectMigrationNodePorts = map[string]int{"40001": 0}
 		}, virtv1.MigrationTargetReady},
 		{func(s *virtv1.VirtualMachineInstanceMigrationState) { s.StartTimestamp = &now }, virtv1.MigrationRunning},
-		{func(s *virtv1.VirtualMachineInstanceMigrationState) { s.Completed, s.EndTimestamp = true, &now }, virtv1.MigrationSucceeded},
+		// The source is done, but the target's agent has not taken the VMI over yet.
+		{func(s *virtv1.VirtualMachineInstanceMigrationState) { s.Completed, s.EndTimestamp = true, &now }, virtv1.MigrationRunning},
 	}
 	for _, s := range steps {
 		f.report("vm", s.report)
@@ -81,6 +82,15 @@ func TestMigrationFollowsTheNodeAgents(t *testing.T) {
 		if m = f.get("m"); m.Status.Phase != s.want {
 			t.Fatalf("phase %s, want %s", m.Status.Phase, s.want)
 		}
+	}
+	v := f.vmi("vm")
+	v.Status.NodeName = "node-2"
+	if err := f.c.Status().Update(context.Background(), v); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile("m")
+	if m = f.get("m"); m.Status.Phase != virtv1.MigrationSucceeded {
+		t.Fatalf("after the takeover: phase %s, want Succeeded", m.Status.Phase)
 	}
 	if st := m.Status.MigrationState; st.TargetNodeAddress != "10.0.0.2" || !st.Completed || st.StartTimestamp == nil {
 		t.Errorf("the migration's state does not follow the VMI's: %+v", st)
