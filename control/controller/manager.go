@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -195,9 +197,13 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("VMI controller: %w", err)
 	}
 	migR := &migration.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Pods: opts.Pods, Limits: opts.Migrations}
-	if err := migR.SetupWithManager(context.Background(), mgr); err != nil {
+	if err := migR.SetupWithManager(context.Background(), mgr, m.MigrationPhaseHandler()); err != nil {
 		return nil, fmt.Errorf("migration controller: %w", err)
 	}
+	if err := registerMigrationCollector(ctrlmetrics.Registry); err != nil {
+		return nil, err
+	}
+	migrationCollector.Use(mgr.GetClient(), elected(mgr), mopts.Logger)
 	evac := &migration.Evacuation{Client: mgr.GetClient(), Recorder: recorder, Namespace: opts.Namespace}
 	if err := evac.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("evacuation controller: %w", err)
@@ -210,6 +216,30 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		}
 	}
 	return mgr, nil
+}
+
+// elected reports whether this replica leads.
+func elected(mgr manager.Manager) func() bool {
+	return func() bool {
+		select {
+		case <-mgr.Elected():
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// migrationCollector is registered once per process; each manager points it at its cache.
+var (
+	migrationCollector     = &metrics.MigrationCollector{}
+	migrationCollectorOnce sync.Once
+	migrationCollectorErr  error
+)
+
+func registerMigrationCollector(reg prometheus.Registerer) error {
+	migrationCollectorOnce.Do(func() { migrationCollectorErr = reg.Register(migrationCollector) })
+	return migrationCollectorErr
 }
 
 // cachesSynced is ready once the informers have their first full list; a

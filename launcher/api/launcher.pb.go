@@ -1455,8 +1455,17 @@ type MigrationStatus struct {
 	// "PreCopy" or "PostCopy", as KubeVirt names them.
 	Mode           string `protobuf:"bytes,11,opt,name=mode,proto3" json:"mode,omitempty"`
 	AbortRequested bool   `protobuf:"varint,12,opt,name=abort_requested,json=abortRequested,proto3" json:"abort_requested,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Bytes per second QEMU sends the RAM at (its last measured rate).
+	MemoryBytesPerSecond uint64 `protobuf:"varint,13,opt,name=memory_bytes_per_second,json=memoryBytesPerSecond,proto3" json:"memory_bytes_per_second,omitempty"`
+	// Bytes per second the guest dirties its RAM at (QEMU's dirty pages rate times the page size).
+	DirtyMemoryBytesPerSecond uint64 `protobuf:"varint,14,opt,name=dirty_memory_bytes_per_second,json=dirtyMemoryBytesPerSecond,proto3" json:"dirty_memory_bytes_per_second,omitempty"`
+	// The local disks' copy: bytes the mirrors have copied out of the disks' bytes, and the rate
+	// between the last two reads of the mirrors' progress.
+	DiskTransferredBytes uint64 `protobuf:"varint,15,opt,name=disk_transferred_bytes,json=diskTransferredBytes,proto3" json:"disk_transferred_bytes,omitempty"`
+	DiskTotalBytes       uint64 `protobuf:"varint,16,opt,name=disk_total_bytes,json=diskTotalBytes,proto3" json:"disk_total_bytes,omitempty"`
+	DiskBytesPerSecond   uint64 `protobuf:"varint,17,opt,name=disk_bytes_per_second,json=diskBytesPerSecond,proto3" json:"disk_bytes_per_second,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *MigrationStatus) Reset() {
@@ -1571,6 +1580,41 @@ func (x *MigrationStatus) GetAbortRequested() bool {
 		return x.AbortRequested
 	}
 	return false
+}
+
+func (x *MigrationStatus) GetMemoryBytesPerSecond() uint64 {
+	if x != nil {
+		return x.MemoryBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDirtyMemoryBytesPerSecond() uint64 {
+	if x != nil {
+		return x.DirtyMemoryBytesPerSecond
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDiskTransferredBytes() uint64 {
+	if x != nil {
+		return x.DiskTransferredBytes
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDiskTotalBytes() uint64 {
+	if x != nil {
+		return x.DiskTotalBytes
+	}
+	return 0
+}
+
+func (x *MigrationStatus) GetDiskBytesPerSecond() uint64 {
+	if x != nil {
+		return x.DiskBytesPerSecond
+	}
+	return 0
 }
 
 type MigrateRequest struct {
@@ -1757,12 +1801,14 @@ func (x *Event) GetQmpEvent() string {
 }
 
 type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	UnixNano      int64                  `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Cpu           *CPUStats              `protobuf:"bytes,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Vcpus         []*VCPUStats           `protobuf:"bytes,3,rep,name=vcpus,proto3" json:"vcpus,omitempty"`
-	Memory        *MemoryStats           `protobuf:"bytes,4,opt,name=memory,proto3" json:"memory,omitempty"`
-	Block         []*BlockStats          `protobuf:"bytes,5,rep,name=block,proto3" json:"block,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UnixNano int64                  `protobuf:"varint,1,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Cpu      *CPUStats              `protobuf:"bytes,2,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Vcpus    []*VCPUStats           `protobuf:"bytes,3,rep,name=vcpus,proto3" json:"vcpus,omitempty"`
+	Memory   *MemoryStats           `protobuf:"bytes,4,opt,name=memory,proto3" json:"memory,omitempty"`
+	Block    []*BlockStats          `protobuf:"bytes,5,rep,name=block,proto3" json:"block,omitempty"`
+	// The outgoing migration's progress, while one runs.
+	Migration     *MigrationStatus `protobuf:"bytes,6,opt,name=migration,proto3" json:"migration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1828,6 +1874,13 @@ func (x *StatsResponse) GetMemory() *MemoryStats {
 func (x *StatsResponse) GetBlock() []*BlockStats {
 	if x != nil {
 		return x.Block
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetMigration() *MigrationStatus {
+	if x != nil {
+		return x.Migration
 	}
 	return nil
 }
@@ -2310,7 +2363,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\n" +
 	"qmp_status\x18\x05 \x01(\tR\tqmpStatus\x12*\n" +
 	"\x11started_unix_nano\x18\x06 \x01(\x03R\x0fstartedUnixNano\x12@\n" +
-	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\"\xa8\x03\n" +
+	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\"\xb4\x05\n" +
 	"\x0fMigrationStatus\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
 	"\boutgoing\x18\x02 \x01(\bR\boutgoing\x12&\n" +
@@ -2326,7 +2379,12 @@ const file_launcher_proto_rawDesc = "" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x12\x12\n" +
 	"\x04mode\x18\v \x01(\tR\x04mode\x12'\n" +
-	"\x0fabort_requested\x18\f \x01(\bR\x0eabortRequested\"\x94\x03\n" +
+	"\x0fabort_requested\x18\f \x01(\bR\x0eabortRequested\x125\n" +
+	"\x17memory_bytes_per_second\x18\r \x01(\x04R\x14memoryBytesPerSecond\x12@\n" +
+	"\x1ddirty_memory_bytes_per_second\x18\x0e \x01(\x04R\x19dirtyMemoryBytesPerSecond\x124\n" +
+	"\x16disk_transferred_bytes\x18\x0f \x01(\x04R\x14diskTransferredBytes\x12(\n" +
+	"\x10disk_total_bytes\x18\x10 \x01(\x04R\x0ediskTotalBytes\x121\n" +
+	"\x15disk_bytes_per_second\x18\x11 \x01(\x04R\x12diskBytesPerSecond\"\x94\x03\n" +
 	"\x0eMigrateRequest\x12\x1f\n" +
 	"\vsocket_path\x18\x01 \x01(\tR\n" +
 	"socketPath\x12;\n" +
@@ -2343,13 +2401,14 @@ const file_launcher_proto_rawDesc = "" +
 	"\vexit_reason\x18\x03 \x01(\x0e2\x1d.qvirt.launcher.v1.ExitReasonR\n" +
 	"exitReason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1b\n" +
-	"\tqmp_event\x18\x05 \x01(\tR\bqmpEvent\"\xfc\x01\n" +
+	"\tqmp_event\x18\x05 \x01(\tR\bqmpEvent\"\xbe\x02\n" +
 	"\rStatsResponse\x12\x1b\n" +
 	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\x12-\n" +
 	"\x03cpu\x18\x02 \x01(\v2\x1b.qvirt.launcher.v1.CPUStatsR\x03cpu\x122\n" +
 	"\x05vcpus\x18\x03 \x03(\v2\x1c.qvirt.launcher.v1.VCPUStatsR\x05vcpus\x126\n" +
 	"\x06memory\x18\x04 \x01(\v2\x1e.qvirt.launcher.v1.MemoryStatsR\x06memory\x123\n" +
-	"\x05block\x18\x05 \x03(\v2\x1d.qvirt.launcher.v1.BlockStatsR\x05block\"@\n" +
+	"\x05block\x18\x05 \x03(\v2\x1d.qvirt.launcher.v1.BlockStatsR\x05block\x12@\n" +
+	"\tmigration\x18\x06 \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\"@\n" +
 	"\bCPUStats\x12\x17\n" +
 	"\auser_ns\x18\x01 \x01(\x04R\x06userNs\x12\x1b\n" +
 	"\tsystem_ns\x18\x02 \x01(\x04R\bsystemNs\"~\n" +
@@ -2511,39 +2570,40 @@ var file_launcher_proto_depIdxs = []int32{
 	26, // 22: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
 	27, // 23: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
 	28, // 24: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
-	18, // 25: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
-	17, // 26: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
-	17, // 27: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
-	19, // 28: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
-	17, // 29: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
-	17, // 30: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	17, // 31: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
-	17, // 32: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	17, // 33: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 34: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	17, // 35: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	18, // 36: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
-	22, // 37: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
-	17, // 38: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
-	20, // 39: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 40: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 41: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 42: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 43: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 44: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 45: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 46: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 47: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	29, // 48: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	23, // 49: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	20, // 50: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 51: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 52: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
-	39, // [39:53] is the sub-list for method output_type
-	25, // [25:39] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 25: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	18, // 26: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
+	17, // 27: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
+	17, // 28: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
+	19, // 29: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
+	17, // 30: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
+	17, // 31: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
+	17, // 32: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	17, // 33: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	17, // 34: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	17, // 35: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	17, // 36: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	18, // 37: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
+	22, // 38: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
+	17, // 39: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
+	20, // 40: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 41: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 42: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 43: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 44: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 45: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 46: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 47: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	20, // 48: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	29, // 49: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	23, // 50: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	20, // 51: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 52: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 53: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
+	40, // [40:54] is the sub-list for method output_type
+	26, // [26:40] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }

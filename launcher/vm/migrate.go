@@ -270,6 +270,9 @@ func (v *VM) recordProgress(info qmp.MigrationInfo) {
 	if r := info.RAM; r != nil {
 		m.TransferredBytes, m.RemainingBytes, m.TotalBytes = uint64(r.Transferred), uint64(r.Remaining), uint64(r.Total)
 		m.DirtyPagesRate = uint64(r.DirtyPagesRate)
+		m.DirtyMemoryBytesPerSecond = uint64(max(r.DirtyPagesRate*r.PageSize, 0))
+		// QEMU's mbps is megabits per second.
+		m.MemoryBytesPerSecond = uint64(max(r.Mbps*1e6/8, 0))
 	}
 	if info.Downtime != nil {
 		m.DowntimeMs = *info.Downtime

@@ -67,11 +67,13 @@ func (v *VM) mirrorLocalDisks(ctx context.Context, mon *qmp.Client, socket strin
 		}
 		mirrored = append(mirrored, n)
 	}
+	var last diskProgress
 	for len(mirrored) > 0 {
 		list, err := mon.QueryBlockJobs(ctx)
 		if err != nil {
 			return mirrored, err
 		}
+		last = v.recordDiskProgress(list, last)
 		ready := 0
 		for _, j := range list {
 			if j.Error != "" {
@@ -94,6 +96,34 @@ func (v *VM) mirrorLocalDisks(ctx context.Context, mon *qmp.Client, socket strin
 		}
 	}
 	return nil, nil
+}
+
+// diskProgress is one read of the mirrors' progress.
+type diskProgress struct {
+	at     time.Time
+	copied uint64
+}
+
+// recordDiskProgress puts the mirrors' progress into the migration status: bytes copied, the
+// disks' bytes, and the rate since the previous read.
+func (v *VM) recordDiskProgress(jobs []qmp.BlockJob, prev diskProgress) diskProgress {
+	now := diskProgress{at: time.Now()}
+	var total uint64
+	for _, j := range jobs {
+		now.copied += uint64(max(j.Offset, 0))
+		total += uint64(max(j.Len, 0))
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	m := v.status.Migration
+	if m == nil {
+		return now
+	}
+	m.DiskTransferredBytes, m.DiskTotalBytes = now.copied, total
+	if dt := now.at.Sub(prev.at).Seconds(); !prev.at.IsZero() && dt > 0 && now.copied >= prev.copied {
+		m.DiskBytesPerSecond = uint64(float64(now.copied-prev.copied) / dt)
+	}
+	return now
 }
 
 // endMirrors stops the mirrors of nodes (in sync once ready) and closes their targets.

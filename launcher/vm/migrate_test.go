@@ -96,6 +96,9 @@ func TestLiveMigrationKeepsTheGuest(t *testing.T) {
 	if m.State != qmp.MigrationCompleted || !m.Outgoing || m.TransferredBytes == 0 || m.EndUnixNano < m.StartUnixNano || m.Mode != ModePreCopy {
 		t.Errorf("source migration status %v", m)
 	}
+	if m.DiskTotalBytes == 0 || m.DiskTransferredBytes == 0 || m.MemoryBytesPerSecond == 0 {
+		t.Errorf("the source's migration status lacks the disk copy or the memory rate: %v", m)
+	}
 	ctx := within(t, time.Minute)
 	for dst.Status().State != launcherapi.State_STATE_RUNNING {
 		if ctx.Err() != nil {

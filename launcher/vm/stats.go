@@ -20,9 +20,13 @@ func (v *VM) Stats(ctx context.Context) (*launcherapi.StatsResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	pid := int(v.Status().QemuPid)
+	status := v.Status()
+	pid := int(status.QemuPid)
 	spec := v.Spec()
 	out := &launcherapi.StatsResponse{UnixNano: time.Now().UnixNano(), Memory: &launcherapi.MemoryStats{GuestBytes: spec.GetMemoryBytes()}}
+	if m := status.Migration; m != nil && m.Outgoing && migrating(m) {
+		out.Migration = m
+	}
 
 	ps, err := readProcStat(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

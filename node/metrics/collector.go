@@ -78,6 +78,12 @@ var families = map[string]family{
 	"blk_write_time":  {"storage_write_times_seconds_total", "Total time spent on write operations.", prometheus.CounterValue, []string{"drive"}},
 	"blk_flush":       {"storage_flush_requests_total", "Total storage flush requests.", prometheus.CounterValue, []string{"drive"}},
 	"blk_flush_time":  {"storage_flush_times_seconds_total", "Total time spent on cache flushing.", prometheus.CounterValue, []string{"drive"}},
+	"mig_total":       {"migration_data_total_bytes", "The total Guest OS data to be migrated to the new VM.", prometheus.CounterValue, nil},
+	"mig_processed":   {"migration_data_processed_bytes", "The total Guest OS data processed and migrated to the new VM.", prometheus.GaugeValue, nil},
+	"mig_remaining":   {"migration_data_remaining_bytes", "The remaining guest OS data to be migrated to the new VM.", prometheus.GaugeValue, nil},
+	"mig_dirty_rate":  {"migration_dirty_memory_rate_bytes", "The rate of memory being dirty in the Guest OS.", prometheus.GaugeValue, nil},
+	"mig_mem_rate":    {"migration_memory_transfer_rate_bytes", "The rate at which the memory is being transferred.", prometheus.GaugeValue, nil},
+	"mig_disk_rate":   {"migration_disk_transfer_rate_bytes", "The rate at which the disk is being transferred.", prometheus.GaugeValue, nil},
 }
 
 var baseLabels = []string{"node", "namespace", "name"}
@@ -150,6 +156,16 @@ func (c *Collector) collectVM(ch chan<- prometheus.Metric, vm VM) {
 		emit("blk_write_time", float64(b.WriteTimeNs)/nsPerSec, d)
 		emit("blk_flush", float64(b.FlushOps), d)
 		emit("blk_flush_time", float64(b.FlushTimeNs)/nsPerSec, d)
+	}
+	// An outgoing migration's progress: its data is the RAM and the local disks' copy.
+	if m := s.Migration; m != nil {
+		diskLeft := m.DiskTotalBytes - min(m.DiskTransferredBytes, m.DiskTotalBytes)
+		emit("mig_total", float64(m.TotalBytes+m.DiskTotalBytes))
+		emit("mig_processed", float64(m.TransferredBytes+m.DiskTransferredBytes))
+		emit("mig_remaining", float64(m.RemainingBytes+diskLeft))
+		emit("mig_dirty_rate", float64(m.DirtyMemoryBytesPerSecond))
+		emit("mig_mem_rate", float64(m.MemoryBytesPerSecond))
+		emit("mig_disk_rate", float64(m.DiskBytesPerSecond))
 	}
 }
 

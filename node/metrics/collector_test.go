@@ -64,3 +64,40 @@ func TestReadNetDevOfThisProcess(t *testing.T) {
 		t.Errorf("lo missing: %v", got)
 	}
 }
+
+// TestMigrationFamilies: a VM migrating away reports its RAM and disk copy as one migration's
+// data, and its rates; a VM that is not migrating has no migration series.
+func TestMigrationFamilies(t *testing.T) {
+	moving := VM{Namespace: "default", Name: "mover", Stats: &launcherapi.StatsResponse{Migration: &launcherapi.MigrationStatus{
+		Outgoing: true, State: "active", TotalBytes: 1000, TransferredBytes: 600, RemainingBytes: 400,
+		DiskTotalBytes: 5000, DiskTransferredBytes: 4000, DiskBytesPerSecond: 300, MemoryBytesPerSecond: 200, DirtyMemoryBytesPerSecond: 50,
+	}}}
+	still := VM{Namespace: "default", Name: "still", Stats: &launcherapi.StatsResponse{}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector("node01", fixed{moving, still}))
+	want := `
+# HELP kubevirt_vmi_migration_data_processed_bytes The total Guest OS data processed and migrated to the new VM.
+# TYPE kubevirt_vmi_migration_data_processed_bytes gauge
+kubevirt_vmi_migration_data_processed_bytes{name="mover",namespace="default",node="node01"} 4600
+# HELP kubevirt_vmi_migration_data_remaining_bytes The remaining guest OS data to be migrated to the new VM.
+# TYPE kubevirt_vmi_migration_data_remaining_bytes gauge
+kubevirt_vmi_migration_data_remaining_bytes{name="mover",namespace="default",node="node01"} 1400
+# HELP kubevirt_vmi_migration_data_total_bytes The total Guest OS data to be migrated to the new VM.
+# TYPE kubevirt_vmi_migration_data_total_bytes counter
+kubevirt_vmi_migration_data_total_bytes{name="mover",namespace="default",node="node01"} 6000
+# HELP kubevirt_vmi_migration_dirty_memory_rate_bytes The rate of memory being dirty in the Guest OS.
+# TYPE kubevirt_vmi_migration_dirty_memory_rate_bytes gauge
+kubevirt_vmi_migration_dirty_memory_rate_bytes{name="mover",namespace="default",node="node01"} 50
+# HELP kubevirt_vmi_migration_disk_transfer_rate_bytes The rate at which the disk is being transferred.
+# TYPE kubevirt_vmi_migration_disk_transfer_rate_bytes gauge
+kubevirt_vmi_migration_disk_transfer_rate_bytes{name="mover",namespace="default",node="node01"} 300
+# HELP kubevirt_vmi_migration_memory_transfer_rate_bytes The rate at which the memory is being transferred.
+# TYPE kubevirt_vmi_migration_memory_transfer_rate_bytes gauge
+kubevirt_vmi_migration_memory_transfer_rate_bytes{name="mover",namespace="default",node="node01"} 200
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"kubevirt_vmi_migration_data_processed_bytes", "kubevirt_vmi_migration_data_remaining_bytes", "kubevirt_vmi_migration_data_total_bytes",
+		"kubevirt_vmi_migration_dirty_memory_rate_bytes", "kubevirt_vmi_migration_disk_transfer_rate_bytes", "kubevirt_vmi_migration_memory_transfer_rate_bytes"); err != nil {
+		t.Error(err)
+	}
+}

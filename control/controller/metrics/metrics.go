@@ -3,7 +3,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,29 +24,30 @@ var phaseTransitionBuckets = []float64{0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 90,
 
 // Metrics are the collectors of one controller process.
 type Metrics struct {
-	phaseFromCreation *prometheus.HistogramVec
+	phaseFromCreation          *prometheus.HistogramVec
+	migrationPhaseFromCreation *prometheus.HistogramVec
 }
 
 // New creates the collectors and registers them with reg. Registering twice in
-// one process (tests start several managers) reuses the first collector.
+// one process (tests start several managers) reuses the first collectors.
 func New(reg prometheus.Registerer) (*Metrics, error) {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	vmi, err := registerHistogram(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    PhaseTransitionFromCreationName,
 		Help:    "Histogram of VM phase transitions duration from creation time in seconds.",
 		Buckets: phaseTransitionBuckets,
-	}, []string{"phase"})
-	if err := reg.Register(h); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, err
-		}
-		existing, ok := are.ExistingCollector.(*prometheus.HistogramVec)
-		if !ok {
-			return nil, err
-		}
-		h = existing
+	}, []string{"phase"}))
+	if err != nil {
+		return nil, err
 	}
-	return &Metrics{phaseFromCreation: h}, nil
+	mig, err := registerHistogram(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    MigrationPhaseTransitionFromCreationName,
+		Help:    "Histogram of VM migration phase transitions duration from creation time in seconds.",
+		Buckets: phaseTransitionBuckets,
+	}, []string{"phase"}))
+	if err != nil {
+		return nil, err
+	}
+	return &Metrics{phaseFromCreation: vmi, migrationPhaseFromCreation: mig}, nil
 }
 
 // ObservePhaseTransition records how long after its creation vmi reached its

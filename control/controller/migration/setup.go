@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/controller/launcherpod"
@@ -19,19 +20,24 @@ import (
 const vmiNameField = "spec.vmiName"
 
 // SetupWithManager registers the controller with one worker (see Reconciler).
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+// extra handlers see every migration event without enqueueing anything (the phase-transition
+// metric uses one).
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, extra ...handler.TypedEventHandler[*virtv1.VirtualMachineInstanceMigration, reconcile.Request]) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &virtv1.VirtualMachineInstanceMigration{}, vmiNameField, func(o client.Object) []string {
 		return []string{o.(*virtv1.VirtualMachineInstanceMigration).Spec.VMIName}
 	}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("virtualmachineinstancemigration").
 		For(&virtv1.VirtualMachineInstanceMigration{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToMigration)).
 		Watches(&virtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(r.vmiToMigrations)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1})
+	for _, h := range extra {
+		b = b.WatchesRawSource(source.Kind(mgr.GetCache(), &virtv1.VirtualMachineInstanceMigration{}, h))
+	}
+	return b.Complete(r)
 }
 
 // podToMigration maps a target pod to its migration by the name annotation,
