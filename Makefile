@@ -6,12 +6,12 @@ TOOLS := $(CURDIR)/_tools
 GUEST := $(CURDIR)/_guest
 export PATH := $(TOOLS):$(PATH)
 
-APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat prometheus
-APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat prometheus
+APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat
+APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat
 
 COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
 
-.PHONY: all deps apt cni tools k8s nodes node-apt build generate guest test test-unit bench run up down launcher-run clean vet fmt
+.PHONY: all deps apt cni tools monitoring-tools k8s nodes node-apt build generate guest test test-unit bench run up down launcher-run clean vet fmt
 
 all: build
 
@@ -45,6 +45,21 @@ $(TOOLS)/%: hack/tools/go.mod hack/tools/go.sum
 		protoc-gen-go) GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go ;; \
 		protoc-gen-go-grpc) GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc ;; \
 	esac
+
+## monitoring-tools: Prometheus and promtool into _tools/ from the Go module proxy, with the
+## Kubernetes service discovery that deploy/monitoring/prometheus.yaml uses (Debian's package is
+## built without it) and no other.
+PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS_STAMP := $(TOOLS)/.prometheus-$(PROMETHEUS_VERSION)
+monitoring-tools: $(PROMETHEUS_STAMP)
+
+$(PROMETHEUS_STAMP):
+	@mkdir -p $(TOOLS)
+	@echo ">> building Prometheus and promtool $(PROMETHEUS_VERSION), ~3 min the first time"
+	@start=$$(date +%s); GOBIN=$(TOOLS) $(GO) install -ldflags '-s -w' -tags remove_all_sd,enable_kubernetes_sd \
+		github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_VERSION) \
+		github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_VERSION) && touch $@ && \
+		echo ">> built Prometheus in $$(( $$(date +%s) - start )) s"
 
 ## k8s: build the real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
 ## kubectl) into _tools/k8s/ from the Go module proxy; rebuilt only when hack/k8s changes.
@@ -101,12 +116,13 @@ build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/qvirt-pause ./hack/pause
 
-## generate: rebuild deepcopy, CRDs and protobuf code (committed).
+## generate: rebuild deepcopy, CRDs, protobuf code and the PrometheusRule (committed).
 generate: tools
 	controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	controller-gen crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=deploy/crds
 	protoc --proto_path=launcher/api --go_out=launcher/api --go_opt=paths=source_relative \
 		--go-grpc_out=launcher/api --go-grpc_opt=paths=source_relative launcher/api/*.proto
+	$(GO) test -count=1 -run '^TestPrometheusRuleWrapsTheRules$$' ./deploy/monitoring/ -args -update
 
 ## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages; the local
 ## cluster pushes it as the images localhost:5000/qvirt/tiny-kernel and localhost:5000/qvirt/tiny-disk.
@@ -134,7 +150,7 @@ launcher-run: apt guest build
 
 ## test: every test, with real QEMU under emulation. The end-to-end suite runs on its own
 ## afterwards: its guests share 2 cores with nothing else then.
-test: apt cni guest k8s nodes build
+test: apt cni guest k8s nodes monitoring-tools build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/e2e$$')
 	$(MAKE) --no-print-directory fuzz
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -count=1 -timeout 40m ./e2e/...
@@ -151,7 +167,7 @@ test-unit:
 ## bench: measurements printed as numbers (not assertions): launcher RSS and start latency, QMP
 ## round trip, live migration time and downtime, webhook latency, controller scale, VMI start
 ## burst and per-VM overhead.
-bench: deps guest k8s nodes build
+bench: deps guest k8s nodes monitoring-tools build
 	QVIRT_GUEST_DIR=$(GUEST) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./launcher/... ./qmp/... ./control/virtapi/ ./e2e/...
 
 vet:

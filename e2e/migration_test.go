@@ -243,18 +243,21 @@ func waitMigrationState(t *testing.T, ctx context.Context, c *localcluster.Clust
 
 // TestMigrationFailuresLeaveTheVMOnItsNode: a guest holding 48 MiB of random data in RAM moves
 // under a 1 MiB/s limit, so each migration runs long enough to be interrupted. migrate-cancel
-// aborts it (abortStatus Succeeded); killing the target's QEMU fails it. Each time the VM keeps
-// running on its node with its RAM, and the target pod goes.
+// aborts it (abortStatus Succeeded); killing the target's QEMU or deleting the target pod fails
+// it. Each time the VM keeps running on its node with its RAM, and the target pod goes. Without
+// the limit the VM then moves. A real Prometheus sees KubeVirt's migration families all along:
+// the source agent's progress while one runs, virt-controller's counts and outcomes.
 func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 	kubeconfig, bin, _ := cluster(t)
 	c := localStack(t)
+	prom := startPrometheus(t, c)
 	setMigrations(t, c, `{"bandwidthPerMigration":"1Mi","progressTimeout":600,"completionTimeoutPerGiB":3000}`, `"BandwidthPerMigration":1048576`)
 	t.Cleanup(func() { setMigrations(t, c, "null", `"BandwidthPerMigration":0`) })
 	const name = "stayer"
 	vmi, ws, qemu, _ := guestWithConsole(t, c, name, "")
 	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", name, "--wait=false").Run() })
 	node := vmi.Status.NodeName
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
 	defer cancel()
 	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
 	markRAM(t, ws)
@@ -278,6 +281,18 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 
 	t.Run("cancel", func(t *testing.T) {
 		mig := migrationRunning(t, ctx, c, kubeconfig, bin, name)
+		for _, q := range []string{
+			`kubevirt_vmi_migration_data_processed_bytes{name="stayer",namespace="default",node="` + node + `"} > 0`,
+			`kubevirt_vmi_migration_data_remaining_bytes{name="stayer",node="` + node + `"} > 0`,
+			`kubevirt_vmi_migration_data_total_bytes{name="stayer",node="` + node + `"} > 48e6`,
+			`kubevirt_vmi_migration_memory_transfer_rate_bytes{name="stayer",node="` + node + `"} > 0`,
+			`kubevirt_vmi_migration_dirty_memory_rate_bytes{name="stayer",node="` + node + `"}`,
+			`kubevirt_vmi_migration_disk_transfer_rate_bytes{name="stayer",node="` + node + `"}`,
+			`kubevirt_vmi_migrations_in_running_phase >= 1`,
+			`kubevirt_vmi_migration_start_time_seconds{name="stayer",migration_name="` + mig.Name + `"} > 0`,
+		} {
+			prom.waitFor(t, ctx, q)
+		}
 		if stdout, stderr, code := virtctl(t, kubeconfig, bin, "migrate-cancel", name); code != 0 {
 			t.Fatalf("virtctl migrate-cancel: exit %d, %q %q", code, stdout, stderr)
 		}
@@ -288,6 +303,23 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		if !ms.Failed || !ms.AbortRequested || ms.AbortStatus != v1.MigrationAbortSucceeded || ms.Completed || ms.EndTimestamp == nil {
 			t.Errorf("migrationState after the cancel: %+v", ms)
 		}
+		stillHere(t)
+		prom.waitFor(t, ctx, `kubevirt_vmi_migration_failed{vmi="stayer",vmim="`+mig.Name+`",namespace="default"} == 1`)
+		prom.waitFor(t, ctx, `kubevirt_vmi_migration_end_time_seconds{name="stayer",migration_name="`+mig.Name+`",status="failed"} > 0`)
+	})
+
+	t.Run("target pod deleted", func(t *testing.T) {
+		mig := migrationRunning(t, ctx, c, kubeconfig, bin, name)
+		target := waitMigrationState(t, ctx, c, name, mig.UID, func(ms *v1.VirtualMachineInstanceMigrationState) bool { return ms.TargetPod != "" })
+		pod := target.Status.MigrationState.TargetPod
+		if out, err := c.K8s.Kubectl("delete", "pod", pod, "--wait=false").CombinedOutput(); err != nil {
+			t.Fatalf("kubectl delete pod %s: %v: %s", pod, err, out)
+		}
+		after := waitMigrationState(t, ctx, c, name, mig.UID, func(ms *v1.VirtualMachineInstanceMigrationState) bool { return ms.Failed })
+		if ms := after.Status.MigrationState; ms.Completed || ms.FailureReason == "" {
+			t.Errorf("migrationState after the target pod went: %+v", ms)
+		}
+		t.Logf("failure reason: %s", after.Status.MigrationState.FailureReason)
 		stillHere(t)
 	})
 
@@ -319,12 +351,91 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		t.Logf("failure reason: %s", after.Status.MigrationState.FailureReason)
 		stillHere(t)
 	})
+
+	t.Run("moves without the limit", func(t *testing.T) {
+		setMigrations(t, c, "null", `"BandwidthPerMigration":0`)
+		if _, stderr, code := virtctl(t, kubeconfig, bin, "migrate", name); code != 0 {
+			t.Fatalf("virtctl migrate: exit %d, %q", code, stderr)
+		}
+		var mig *v1.VirtualMachineInstanceMigration
+		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var list v1.VirtualMachineInstanceMigrationList
+			if err := kv(t, c).List(ctx, &list, client.InNamespace("default")); err != nil {
+				return false, nil
+			}
+			for i := range list.Items {
+				if m := &list.Items[i]; m.Spec.VMIName == name && m.Status.Phase == v1.MigrationSucceeded {
+					mig = m
+					return true, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("the migration of %s never succeeded: %v", name, err)
+		}
+		moved := getVMI(t, c, name)
+		if moved.UID != vmi.UID || moved.Status.NodeName == node {
+			t.Fatalf("VMI %s on %s after the migration (it was on %s)", moved.UID, moved.Status.NodeName, node)
+		}
+		ws := stream(t, c, "virtualmachineinstances/"+name+"/console")
+		send(t, ws, "\n")
+		requireMarker(t, ws)
+		for _, q := range []string{
+			`kubevirt_vmi_migration_succeeded{vmi="stayer",vmim="` + mig.Name + `",namespace="default"} == 1`,
+			`kubevirt_vmi_migration_end_time_seconds{name="stayer",migration_name="` + mig.Name + `",status="succeeded",node="` + moved.Status.NodeName + `"} > 0`,
+			`kubevirt_vmi_migration_phase_transition_time_from_creation_seconds_count{phase="Succeeded"} > 0`,
+			`kubevirt_vmi_migrations_in_running_phase == 0`,
+		} {
+			prom.waitFor(t, ctx, q)
+		}
+		// The source's progress series ended with the move.
+		if n, err := promQuery(ctx, prom.addr, `kubevirt_vmi_migration_data_processed_bytes{name="stayer"}`); err != nil || n != 0 {
+			t.Errorf("%d migration progress series after the move (%v)", n, err)
+		}
+	})
+
+	// Last, as it ends this VMI: its source dying mid-flight fails the VMI (the VM, runStrategy
+	// Always, starts a new one) and the migration, and the target pod goes.
+	t.Run("source QEMU killed", func(t *testing.T) {
+		setMigrations(t, c, `{"bandwidthPerMigration":"1Mi","progressTimeout":600,"completionTimeoutPerGiB":3000}`, `"BandwidthPerMigration":1048576`)
+		source := qemuPIDs(t, c, vmi)
+		if len(source) != 1 {
+			t.Fatalf("QEMU processes before the migration: %v", source)
+		}
+		mig := migrationRunning(t, ctx, c, kubeconfig, bin, name)
+		if err := syscall.Kill(source[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ended := &v1.VirtualMachineInstanceMigration{}
+		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			err := kv(t, c).Get(ctx, client.ObjectKeyFromObject(mig), ended)
+			return err == nil && migrationEnded(ended), nil
+		}); err != nil || ended.Status.Phase != v1.MigrationFailed {
+			t.Fatalf("migration %s after its source died: %s %v", mig.Name, ended.Status.Phase, err)
+		}
+		// The old VMI failed: either it is still there, Failed, or the VM already replaced it.
+		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			now := &v1.VirtualMachineInstance{}
+			if err := kv(t, c).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, now); err != nil {
+				return false, nil
+			}
+			return now.UID != vmi.UID || now.Status.Phase == v1.Failed, nil
+		}); err != nil {
+			t.Fatalf("VMI %s did not fail after its source QEMU died: %s", name, getVMI(t, c, name).Status.Phase)
+		}
+		if err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			return len(launcherPods(t, c, vmi).Items) == 0, nil
+		}); err != nil {
+			t.Errorf("launcher pods of the failed VMI remain: %d", len(launcherPods(t, c, vmi).Items))
+		}
+		prom.waitFor(t, ctx, `kubevirt_vmi_migration_failed{vmi="stayer",vmim="`+mig.Name+`"} == 1`)
+	})
 }
 
 // TestDrainLiveMigratesTheVM: kubectl drain of the node of a VM with evictionStrategy
 // LiveMigrate completes once the VM moved: its launcher pod's eviction is refused (429) and
 // turned into a migration, after which the pod ends. The VMI (same uid) runs on the other
-// node with its RAM.
+// node with its RAM; draining that node moves it back.
 func TestDrainLiveMigratesTheVM(t *testing.T) {
 	c := localStack(t)
 	const name = "drained"
@@ -341,29 +452,48 @@ func TestDrainLiveMigratesTheVM(t *testing.T) {
 	expect(t, ws, "qvirt# ", 60*time.Second)
 	markRAM(t, ws)
 
+	// Drain its node, then the node it went to: the VM goes there and back.
+	for round, from := range []string{node, ""} {
+		if from == "" {
+			from = getVMI(t, c, name).Status.NodeName
+		}
+		drain(t, ctx, c, vmi, from)
+		after := getVMI(t, c, name)
+		if after.UID != vmi.UID || after.Status.NodeName == from || after.Status.Phase != v1.Running {
+			t.Fatalf("after drain %d VMI %s is %s on %s (was %s on %s)", round, after.UID, after.Status.Phase, after.Status.NodeName, vmi.UID, from)
+		}
+		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(context.Context) (bool, error) {
+			return getVMI(t, c, name).Status.EvacuationNodeName == "", nil
+		}); err != nil {
+			t.Errorf("evacuationNodeName stays %q", getVMI(t, c, name).Status.EvacuationNodeName)
+		}
+		ws2 := stream(t, c, "virtualmachineinstances/"+name+"/console")
+		send(t, ws2, "\n")
+		requireMarker(t, ws2)
+		if out, err := c.K8s.Kubectl("uncordon", from).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl uncordon %s: %v: %s", from, err, out)
+		}
+	}
+	if back := getVMI(t, c, name).Status.NodeName; back != node {
+		t.Errorf("after two drains the VM runs on %s, want %s", back, node)
+	}
+	var list v1.VirtualMachineInstanceMigrationList
+	if err := kv(t, c).List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{"kubevirt.io/evacuation": name}); err != nil || len(list.Items) != 2 {
+		t.Errorf("evacuation migrations: %d (%v), want 2", len(list.Items), err)
+	}
+}
+
+// drain runs kubectl drain of node for the VMI's launcher pods and checks that an eviction was
+// turned into an evacuation.
+func drain(t *testing.T, ctx context.Context, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance, node string) {
+	t.Helper()
 	t.Cleanup(func() { _ = c.K8s.Kubectl("uncordon", node).Run() })
 	out, err := c.K8s.Kubectl("drain", node, "--pod-selector=kubevirt.io/created-by="+string(vmi.UID),
 		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
 	}
-	if !strings.Contains(string(out), "Eviction triggered evacuation of VMI default/"+name) {
-		t.Errorf("kubectl drain did not show the evacuation:\n%s", out)
+	if !strings.Contains(string(out), "Eviction triggered evacuation of VMI default/"+vmi.Name) {
+		t.Errorf("kubectl drain of %s did not show the evacuation:\n%s", node, out)
 	}
-	after := getVMI(t, c, name)
-	if after.UID != vmi.UID || after.Status.NodeName == node || after.Status.Phase != v1.Running {
-		t.Fatalf("after the drain VMI %s is %s on %s (was %s on %s)", after.UID, after.Status.Phase, after.Status.NodeName, vmi.UID, node)
-	}
-	var list v1.VirtualMachineInstanceMigrationList
-	if err := kv(t, c).List(ctx, &list, client.InNamespace("default"), client.MatchingLabels{"kubevirt.io/evacuation": name}); err != nil || len(list.Items) == 0 {
-		t.Errorf("no evacuation migration: %v", err)
-	}
-	if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(context.Context) (bool, error) {
-		return getVMI(t, c, name).Status.EvacuationNodeName == "", nil
-	}); err != nil {
-		t.Errorf("evacuationNodeName stays %q", getVMI(t, c, name).Status.EvacuationNodeName)
-	}
-	ws2 := stream(t, c, "virtualmachineinstances/"+name+"/console")
-	send(t, ws2, "\n")
-	requireMarker(t, ws2)
 }

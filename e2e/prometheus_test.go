@@ -14,70 +14,104 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/qvirt/qvirt/e2e/testenv"
+	"github.com/qvirt/qvirt/internal/localcluster"
 )
 
-// TestPrometheusScrapesNodeAgents runs a real Prometheus (Debian's) against the node agents and
-// reads the VM's kubevirt_vmi_* series back through its HTTP query API.
+// TestPrometheusScrapesNodeAgents runs a real Prometheus against the node agents and reads the
+// VM's kubevirt_vmi_* series back through its HTTP query API.
 func TestPrometheusScrapesNodeAgents(t *testing.T) {
-	prom, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("prometheus missing: make test installs it")
-		}
-		t.Skip("prometheus not installed (make deps installs Debian's)")
-	}
 	c := localStack(t)
+	prom := startPrometheus(t, c)
 	startVM(t, c, vmManifest("scraped", e2eNodes[0], "masquerade"))
 
-	dir := t.TempDir()
-	// One job per node: Prometheus checks each agent's certificate against the node CA with
-	// that node's name as the server name.
-	cfg := "global: {scrape_interval: 2s}\nscrape_configs:\n"
-	for i, node := range e2eNodes {
-		ep := handlerMetrics(t, c, node)
-		caFile := filepath.Join(dir, "node-ca.crt")
-		if err := os.WriteFile(caFile, ep.CA, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg += fmt.Sprintf("- job_name: virt-handler-%d\n  scheme: https\n  tls_config: {ca_file: %q, server_name: %q}\n  static_configs:\n  - targets: [%q]\n", i, caFile, node, ep.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	wanted := []string{"kubevirt_vmi_cpu_usage_seconds_total", "kubevirt_vmi_memory_resident_bytes", "kubevirt_vmi_network_receive_bytes_total", "kubevirt_vmi_storage_read_traffic_bytes_total"}
+	for _, family := range wanted {
+		prom.waitFor(t, ctx, fmt.Sprintf(`%s{name="scraped",namespace="default",node=%q}`, family, e2eNodes[0]))
 	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+}
+
+// prometheus is a real Prometheus, configured as deploy/monitoring/ tells a user to: it
+// discovers virt-api, virt-controller and virt-handler pods through the Kubernetes API and
+// evaluates KubeVirt's rules.
+type prometheus struct {
+	addr, dir string
+}
+
+// startPrometheus runs Prometheus (built by `make monitoring-tools`) until the test ends, with
+// deploy/monitoring/prometheus.yaml as it ships except for what running outside the cluster
+// needs (the kubeconfig to discover pods with) and a one-second scrape and evaluation interval.
+func startPrometheus(t *testing.T, c *localcluster.Cluster) *prometheus {
+	t.Helper()
+	root := testenv.RepoRoot(t)
+	bin := filepath.Join(root, "_tools", "prometheus")
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("_tools/prometheus missing: make test builds it")
+		}
+		t.Skip("_tools/prometheus not built (make monitoring-tools)")
+	}
+	dir := t.TempDir()
+	shipped, err := os.ReadFile(filepath.Join(root, "deploy", "monitoring", "prometheus.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(shipped, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["global"] = map[string]any{"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
+	cfg["rule_files"] = []any{filepath.Join(root, "deploy", "monitoring", "kubevirt-rules.yaml")}
+	for _, sc := range cfg["scrape_configs"].([]any) {
+		for _, sd := range sc.(map[string]any)["kubernetes_sd_configs"].([]any) {
+			sd.(map[string]any)["kubeconfig_file"] = c.Kubeconfig()
+		}
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), out, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	port, err := freeLoopbackPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+listen, "--log.level=warn")
+	p := &prometheus{addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir}
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+p.addr, "--log.level=warn")
 	logf, _ := os.Create(filepath.Join(dir, "prometheus.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()
-	}()
+	})
+	return p
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	wanted := []string{"kubevirt_vmi_cpu_usage_seconds_total", "kubevirt_vmi_memory_resident_bytes", "kubevirt_vmi_network_receive_bytes_total", "kubevirt_vmi_storage_read_traffic_bytes_total"}
-	for _, family := range wanted {
-		q := fmt.Sprintf(`%s{name="scraped",namespace="default",node=%q}`, family, e2eNodes[0])
-		for {
-			n, err := promQuery(ctx, listen, q)
-			if err == nil && n > 0 {
-				break
-			}
-			if ctx.Err() != nil {
-				log, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
-				t.Fatalf("Prometheus has no %s: %v\n%s", q, err, log)
-			}
-			time.Sleep(time.Second)
+// waitFor waits until the instant query q matches a series, and returns how many it matched.
+func (p *prometheus) waitFor(t *testing.T, ctx context.Context, q string) int {
+	t.Helper()
+	for {
+		n, err := promQuery(ctx, p.addr, q)
+		if err == nil && n > 0 {
+			return n
 		}
+		if ctx.Err() != nil {
+			log, _ := os.ReadFile(filepath.Join(p.dir, "prometheus.log"))
+			t.Fatalf("Prometheus has no %s: %v\n%s", q, err, log)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/qvirt/qvirt/control/controller/nodecerts"
 	"github.com/qvirt/qvirt/control/controller/vm"
 	"github.com/qvirt/qvirt/control/controller/vmi"
+	"github.com/qvirt/qvirt/internal/restmetrics"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
@@ -134,6 +135,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	}
+	if err := restmetrics.Instrument(cfg, ctrlmetrics.Registry); err != nil {
+		return nil, err
+	}
 	scheme, err := NewScheme()
 	if err != nil {
 		return nil, err
@@ -204,6 +208,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, err
 	}
 	migrationCollector.Use(mgr.GetClient(), elected(mgr), mopts.Logger)
+	componentCollector.Use(func() bool { return cachesSynced(mgr.GetCache())(&http.Request{}) == nil }, elected(mgr))
 	evac := &migration.Evacuation{Client: mgr.GetClient(), Recorder: recorder, Namespace: opts.Namespace}
 	if err := evac.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("evacuation controller: %w", err)
@@ -230,15 +235,20 @@ func elected(mgr manager.Manager) func() bool {
 	}
 }
 
-// migrationCollector is registered once per process; each manager points it at its cache.
+// The collectors are registered once per process; each manager points them at its cache.
 var (
 	migrationCollector     = &metrics.MigrationCollector{}
+	componentCollector     = &metrics.ComponentCollector{}
 	migrationCollectorOnce sync.Once
 	migrationCollectorErr  error
 )
 
 func registerMigrationCollector(reg prometheus.Registerer) error {
-	migrationCollectorOnce.Do(func() { migrationCollectorErr = reg.Register(migrationCollector) })
+	migrationCollectorOnce.Do(func() {
+		if migrationCollectorErr = reg.Register(migrationCollector); migrationCollectorErr == nil {
+			migrationCollectorErr = reg.Register(componentCollector)
+		}
+	})
 	return migrationCollectorErr
 }
 

@@ -124,7 +124,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		StreamWriteTimeout: o.limits.StreamWriteTimeout,
 	})
 	wopts := webhooks.Options{MaxReviewBytes: o.maxWebhookBody}
-	hs := newHTTPServer(o.limits, sub, webhooks.StaticConfig{}, wopts)
+	hs := newHTTPServer(o.limits, sub, http.NotFoundHandler(), webhooks.StaticConfig{}, wopts)
 
 	kp, err := tlsfiles.NewKeyPair(srvCert, srvKey)
 	if err != nil {

@@ -16,12 +16,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 
 	"github.com/qvirt/qvirt/control/api"
 	"github.com/qvirt/qvirt/control/config"
 	"github.com/qvirt/qvirt/control/webhooks"
 	"github.com/qvirt/qvirt/internal/httplimit"
+	"github.com/qvirt/qvirt/internal/restmetrics"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/nodeapi"
 )
@@ -91,6 +95,12 @@ func Start(ctx context.Context, o Options) (net.Addr, <-chan error, error) {
 }
 
 func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o.REST = rest.CopyConfig(o.REST)
+	if err := restmetrics.Instrument(o.REST, reg); err != nil {
+		return err
+	}
 	watcher, err := config.NewWatcher(o.REST, o.Namespace, config.VirtAPI, log.WithName("config"))
 	if err != nil {
 		return err
@@ -142,7 +152,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		StreamWriteTimeout: o.Limits.StreamWriteTimeout,
 		Log:                log.WithName("subresources"),
 	})
-	hs := newHTTPServer(o.Limits, sub, watcher, webhooks.Options{
+	hs := newHTTPServer(o.Limits, sub, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), watcher, webhooks.Options{
 		Privileged:     webhooks.Privileges{Users: o.PrivilegedUsers, Groups: o.PrivilegedGroups},
 		MaxReviewBytes: o.MaxWebhookBodyBytes,
 		Migrations:     migrationLookup{kubevirt: clients.KubeVirt},
@@ -174,8 +184,9 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 }
 
 // newHTTPServer serves the webhooks and the subresource API within lim. The kubelet's probes
-// are not counted against the caps: a busy virt-api must not look dead and be restarted.
-func newHTTPServer(lim httplimit.Limits, sub http.Handler, cfg webhooks.Config, wopts webhooks.Options) *http.Server {
+// and Prometheus's scrapes are not counted against the caps: a busy virt-api must not look dead
+// and be restarted, nor go dark to its monitoring.
+func newHTTPServer(lim httplimit.Limits, sub, metrics http.Handler, cfg webhooks.Config, wopts webhooks.Options) *http.Server {
 	limited := http.NewServeMux()
 	webhooks.Register(limited, cfg, wopts)
 	limited.Handle("/apis/", sub)
@@ -185,6 +196,7 @@ func newHTTPServer(lim httplimit.Limits, sub http.Handler, cfg webhooks.Config, 
 	// Probes for kubelet: no authentication, no dependencies.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.Handle("GET /metrics", metrics)
 	hs.Handler = mux
 	return hs
 }

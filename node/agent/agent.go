@@ -33,6 +33,7 @@ import (
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/config"
 	"github.com/qvirt/qvirt/internal/httplimit"
+	"github.com/qvirt/qvirt/internal/restmetrics"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
 	"github.com/qvirt/qvirt/node/handler"
 	vmimetrics "github.com/qvirt/qvirt/node/metrics"
@@ -112,6 +113,9 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	rc := rest.CopyConfig(o.REST)
 	cur := watcher.Current()
 	rc.QPS, rc.Burst = cur.QPS, cur.Burst
+	if err := restmetrics.Instrument(rc, crmetrics.Registry); err != nil {
+		return nil, err
+	}
 	kube, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err

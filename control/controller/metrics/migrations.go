@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/control/webhooks"
 )
 
 // MigrationPhaseTransitionFromCreationName is KubeVirt's name for the migration phase histogram.
@@ -35,11 +37,14 @@ var (
 		[]string{"node", "namespace", "name", "migration_name"}, nil)
 	migrationEnd = prometheus.NewDesc("kubevirt_vmi_migration_end_time_seconds", "The time at which the migration ended.",
 		[]string{"node", "namespace", "name", "migration_name", "status"}, nil)
+	nonEvictable = prometheus.NewDesc("kubevirt_vmi_non_evictable",
+		"Indication for a VirtualMachine that its eviction strategy is set to Live Migration but is not migratable.",
+		[]string{"node", "namespace", "name"}, nil)
 )
 
 // MigrationCollector reports KubeVirt's migration families from the controller's cache at each
-// scrape: how many migrations are in which phase, each ended migration's outcome, and each
-// VMI's last migration start and end. Only the leading replica reports them, so that a sum over
+// scrape: how many migrations are in which phase, each ended migration's outcome, each VMI's
+// last migration start and end, and the VMIs whose eviction would be refused. Only the leading replica reports them, so that a sum over
 // the replicas counts each migration once.
 type MigrationCollector struct {
 	mu      sync.Mutex
@@ -61,7 +66,7 @@ func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range migrationsInPhase {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{migrationSucceeded, migrationFailed, migrationStart, migrationEnd} {
+	for _, d := range []*prometheus.Desc{migrationSucceeded, migrationFailed, migrationStart, migrationEnd, nonEvictable} {
 		ch <- d
 	}
 }
@@ -110,8 +115,16 @@ func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
 		log.Error(err, "Listing VMIs for metrics")
 		return
 	}
+	cluster := clusterEvictionStrategy(ctx, reader, log)
 	for i := range vmis.Items {
 		v := &vmis.Items[i]
+		if v.Status.Phase == virtv1.Running {
+			refused := 0.0
+			if verdict, _ := webhooks.EvictionDecision(v, cluster); verdict == webhooks.EvictionRefused {
+				refused = 1
+			}
+			ch <- prometheus.MustNewConstMetric(nonEvictable, prometheus.GaugeValue, refused, v.Status.NodeName, v.Namespace, v.Name)
+		}
 		s := v.Status.MigrationState
 		if s == nil {
 			continue
@@ -127,6 +140,19 @@ func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(migrationEnd, prometheus.GaugeValue, float64(s.EndTimestamp.Unix()), v.Status.NodeName, v.Namespace, v.Name, name, migrationOutcome(s))
 		}
 	}
+}
+
+// clusterEvictionStrategy is the KubeVirt CR's default eviction strategy ("" without a CR).
+func clusterEvictionStrategy(ctx context.Context, reader client.Reader, log logr.Logger) virtv1.EvictionStrategy {
+	var kvs virtv1.KubeVirtList
+	if err := reader.List(ctx, &kvs); err != nil {
+		log.Error(err, "Listing KubeVirt CRs for metrics")
+		return ""
+	}
+	if len(kvs.Items) == 0 {
+		return ""
+	}
+	return config.From(&kvs.Items[0], config.VirtController).EvictionStrategy
 }
 
 // migrationOutcome is KubeVirt's status label of an ended migration.

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,4 +108,72 @@ func TestObserveMigrationPhase(t *testing.T) {
 		return
 	}
 	t.Errorf("no %s gathered", MigrationPhaseTransitionFromCreationName)
+}
+
+// TestNonEvictable: a running VMI whose eviction would be refused (LiveMigrate, from its spec or
+// the KubeVirt CR, and not migratable) reports 1; one that would move or simply go reports 0.
+func TestNonEvictable(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := virtv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	live, none := virtv1.EvictionStrategyLiveMigrate, virtv1.EvictionStrategyNone
+	kv := &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}}
+	kv.Spec.Configuration.EvictionStrategy = &live
+	running := func(name string, strategy *virtv1.EvictionStrategy, migratable bool) *virtv1.VirtualMachineInstance {
+		v := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		v.Spec.EvictionStrategy = strategy
+		v.Status.Phase, v.Status.NodeName = virtv1.Running, "node-1"
+		status := corev1.ConditionFalse
+		if migratable {
+			status = corev1.ConditionTrue
+		}
+		v.Status.Conditions = []virtv1.VirtualMachineInstanceCondition{{Type: virtv1.VirtualMachineInstanceIsMigratable, Status: status}}
+		return v
+	}
+	pending := running("pending", &live, false)
+	pending.Status.Phase = virtv1.Pending
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(kv,
+		running("stuck-by-default", nil, false), running("stuck", &live, false), running("mobile", &live, true),
+		running("ends", &none, false), pending).Build()
+	col := &MigrationCollector{}
+	col.Use(c, nil, logr.Discard())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	want := `
+# HELP kubevirt_vmi_non_evictable Indication for a VirtualMachine that its eviction strategy is set to Live Migration but is not migratable.
+# TYPE kubevirt_vmi_non_evictable gauge
+kubevirt_vmi_non_evictable{name="ends",namespace="ns",node="node-1"} 0
+kubevirt_vmi_non_evictable{name="mobile",namespace="ns",node="node-1"} 0
+kubevirt_vmi_non_evictable{name="stuck",namespace="ns",node="node-1"} 1
+kubevirt_vmi_non_evictable{name="stuck-by-default",namespace="ns",node="node-1"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubevirt_vmi_non_evictable"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestComponentCollector(t *testing.T) {
+	ready, leading := false, false
+	col := &ComponentCollector{}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Fatalf("%d series before a manager is attached (%v)", n, err)
+	}
+	col.Use(func() bool { return ready }, func() bool { return leading })
+	for _, tc := range []struct{ ready, leading bool }{{false, false}, {true, false}, {true, true}} {
+		ready, leading = tc.ready, tc.leading
+		want := fmt.Sprintf(`
+# HELP kubevirt_virt_controller_leading_status Indication for an operating virt-controller.
+# TYPE kubevirt_virt_controller_leading_status gauge
+kubevirt_virt_controller_leading_status %v
+# HELP kubevirt_virt_controller_ready_status Indication for a virt-controller that is ready to take the lead.
+# TYPE kubevirt_virt_controller_ready_status gauge
+kubevirt_virt_controller_ready_status %v
+`, boolValue(tc.leading), boolValue(tc.ready))
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+			t.Errorf("ready %v leading %v: %v", tc.ready, tc.leading, err)
+		}
+	}
 }
