@@ -116,13 +116,14 @@ build:
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(COMMANDS))
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $(BIN)/qvirt-pause ./hack/pause
 
-## generate: rebuild deepcopy, CRDs, protobuf code and the PrometheusRule (committed).
+## generate: rebuild deepcopy, CRDs, protobuf code, the PrometheusRule and docs/metrics.md (committed).
 generate: tools
 	controller-gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	controller-gen crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=deploy/crds
 	protoc --proto_path=launcher/api --go_out=launcher/api --go_opt=paths=source_relative \
 		--go-grpc_out=launcher/api --go-grpc_opt=paths=source_relative launcher/api/*.proto
 	$(GO) test -count=1 -run '^TestPrometheusRuleWrapsTheRules$$' ./deploy/monitoring/ -args -update
+	$(GO) test -count=1 -run '^TestMetricsDocMatchesTheCollectors$$' ./internal/metricsdoc/ -args -update
 
 ## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages; the local
 ## cluster pushes it as the images localhost:5000/qvirt/tiny-kernel and localhost:5000/qvirt/tiny-disk.

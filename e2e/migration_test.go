@@ -430,6 +430,9 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		}
 		prom.waitFor(t, ctx, `kubevirt_vmi_migration_failed{vmi="stayer",vmim="`+mig.Name+`"} == 1`)
 	})
+
+	// Over these runs, a moving, failing and moved VM, every family qvirt documents appeared.
+	prom.requireEveryDocumentedFamily(t, ctx)
 }
 
 // TestDrainLiveMigratesTheVM: kubectl drain of the node of a VM with evictionStrategy

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -144,4 +146,47 @@ func freeLoopbackPort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// documentedFamilies are the families docs/metrics.md lists, with the series name a query
+// finds each by (a histogram's _count).
+func documentedFamilies(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`kubevirt_") {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		families[name] = name
+		if strings.TrimSpace(cells[2]) == "histogram" {
+			families[name] = name + "_count"
+		}
+	}
+	if len(families) == 0 {
+		t.Fatal("docs/metrics.md lists no family")
+	}
+	return families
+}
+
+// requireEveryDocumentedFamily fails for each family of docs/metrics.md that Prometheus never
+// scraped since it started.
+func (p *prometheus) requireEveryDocumentedFamily(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var missing []string
+	for family, series := range documentedFamilies(t) {
+		n, err := promQuery(ctx, p.addr, fmt.Sprintf(`count(last_over_time({__name__=%q}[1h]))`, series))
+		if err != nil || n == 0 {
+			missing = append(missing, family)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("families of docs/metrics.md Prometheus never scraped: %s", strings.Join(missing, ", "))
+	}
 }
