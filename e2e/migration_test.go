@@ -260,6 +260,12 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)
 	defer cancel()
 	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+	// A VNC session and a port-forward tunnel, besides the console: virt-api counts each kind.
+	vnc := stream(t, c, "virtualmachineinstances/"+name+"/vnc")
+	expect(t, vnc, "RFB 003.008", 30*time.Second)
+	pf := stream(t, c, "virtualmachineinstances/"+name+"/portforward/80/tcp")
+	send(t, pf, "GET / HTTP/1.0\r\n\r\n")
+	expect(t, pf, "qvirt-guest", 30*time.Second)
 	markRAM(t, ws)
 	send(t, ws, "dd if=/dev/urandom of=/run/mark/junk bs=1M count=48 2>/dev/null; echo filled-$((40+2))\n")
 	expect(t, ws, "filled-42", 2*time.Minute)

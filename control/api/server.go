@@ -46,7 +46,9 @@ type Options struct {
 	// user or to the node agent (0: no bound): a side that stops reading for that long loses
 	// the stream.
 	StreamWriteTimeout time.Duration
-	Log                logr.Logger
+	// Streams counts the open streams (nil: not counted).
+	Streams *StreamMetrics
+	Log     logr.Logger
 }
 
 // DefaultMaxBodyBytes is the default of Options.MaxBodyBytes.

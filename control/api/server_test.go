@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"io"
 	"net"
 	"net/http"
@@ -50,8 +52,9 @@ type env struct {
 	url    string
 	client client.Client
 	// proxy is the aggregation layer's client TLS config (a requestheader-signed certificate).
-	proxy *tls.Config
-	fake  *nodeapitest.Fake
+	proxy   *tls.Config
+	fake    *nodeapitest.Fake
+	streams *StreamMetrics
 }
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
@@ -78,7 +81,12 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	}
 	fakeNode := nodeapitest.NewFake(nodeapi.VMI{Namespace: "default", Name: "running"})
 	node := nodeapitest.Start(t, fakeNode)
+	streams, err := NewStreamMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := NewServer(Options{
+		Streams: streams,
 		Clients: fakeClients{c},
 		Authn:   &RequestHeaderAuth{CA: rhPool, AllowedNames: []string{"front-proxy-client"}},
 		Authz: allowList{
@@ -100,7 +108,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 	t.Cleanup(func() { hs.Close() })
 
 	pc, _ := tls.LoadX509KeyPair(proxyCert, proxyKey)
-	return &env{url: "https://" + l.Addr().String(), client: c, fake: fakeNode,
+	return &env{url: "https://" + l.Addr().String(), client: c, fake: fakeNode, streams: streams,
 		proxy: &tls.Config{Certificates: []tls.Certificate{pc}, InsecureSkipVerify: true}}
 }
 
@@ -287,5 +295,17 @@ func TestPauseAndConsoleReachTheNode(t *testing.T) {
 	typ, msg, err := ws.ReadMessage()
 	if err != nil || typ != websocket.BinaryMessage || string(msg) != "ls\r" {
 		t.Errorf("console echo: %d %q %v", typ, msg, err)
+	}
+	open := e.streams.console.WithLabelValues("default", "running")
+	if n := testutil.ToFloat64(open); n != 1 {
+		t.Errorf("kubevirt_console_active_connections with the console open: %v", n)
+	}
+	ws.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(open) != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := testutil.ToFloat64(open); n != 0 {
+		t.Errorf("kubevirt_console_active_connections after the console closed: %v", n)
 	}
 }

@@ -113,14 +113,14 @@ func (s *Server) guestAgent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {
-	s.relay(w, r, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	s.relay(w, r, ConsoleStream, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 		return s.opts.NodeClient.Console(ctx, ep, vmi)
 	})
 }
 
 func (s *Server) vnc(w http.ResponseWriter, r *http.Request) {
 	preserve, _ := strconv.ParseBool(r.URL.Query().Get("preserveSession"))
-	s.relay(w, r, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	s.relay(w, r, VNCStream, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 		return s.opts.NodeClient.VNC(ctx, ep, vmi, preserve)
 	})
 }
@@ -138,7 +138,7 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("protocol %q is neither tcp nor udp", proto))
 		return
 	}
-	s.relay(w, r, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+	s.relay(w, r, PortForwardStream, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
 		return s.opts.NodeClient.PortForward(ctx, ep, vmi, port, proto)
 	})
 }
@@ -151,8 +151,9 @@ var upgrader = websocket.Upgrader{
 }
 
 // relay opens the node agent's stream before upgrading, so a VM that cannot be reached gets a
-// plain HTTP error (and virtctl's retry), then splices the two websockets.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, open func(context.Context, nodeapi.Endpoint, nodeapi.VMI) (io.ReadWriteCloser, error)) {
+// plain HTTP error (and virtctl's retry), then splices the two websockets, counting the stream
+// in kind while it lasts.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, kind StreamKind, open func(context.Context, nodeapi.Endpoint, nodeapi.VMI) (io.ReadWriteCloser, error)) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	_, ep, err := s.runningVMI(r.Context(), ns, name)
 	if err != nil {
@@ -172,6 +173,8 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, open func(context
 	}
 	log := s.opts.Log.WithValues("vmi", vmi.String(), "user", userFrom(r.Context()).Name, "path", r.URL.Path)
 	log.Info("stream opened")
+	closed := s.opts.Streams.Open(kind, ns, name)
 	nodeapi.SpliceTimeout(nodeapi.NewWebsocketStream(ws), backend, s.opts.StreamWriteTimeout)
+	closed()
 	log.Info("stream closed")
 }

@@ -142,6 +142,10 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 	if o.Limits == (httplimit.Limits{}) {
 		o.Limits = DefaultLimits()
 	}
+	streams, err := api.NewStreamMetrics(reg)
+	if err != nil {
+		return err
+	}
 	sub := api.NewServer(api.Options{
 		Clients:            clients,
 		Authn:              &api.RequestHeaderAuth{CA: rhCA, AllowedNames: o.RequestHeaderAllowedNames},
@@ -150,6 +154,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		NodeClient:         nodeClient,
 		MaxBodyBytes:       o.MaxRequestBodyBytes,
 		StreamWriteTimeout: o.Limits.StreamWriteTimeout,
+		Streams:            streams,
 		Log:                log.WithName("subresources"),
 	})
 	hs := newHTTPServer(o.Limits, sub, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), watcher, webhooks.Options{

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/api"
 	ctrlmetrics "github.com/qvirt/qvirt/control/controller/metrics"
 	"github.com/qvirt/qvirt/internal/restmetrics"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -102,6 +103,20 @@ func everyComponent() *prometheus.Registry {
 	return reg
 }
 
+// apiRegistry holds virt-api's stream counts with one stream of each kind open.
+func apiRegistry(t *testing.T) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	streams, err := api.NewStreamMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []api.StreamKind{api.ConsoleStream, api.VNCStream, api.PortForwardStream} {
+		streams.Open(kind, "default", "vm1")
+	}
+	return reg
+}
+
 type row struct{ name, typ, labels, from, help string }
 
 func gather(t *testing.T, from string, reg *prometheus.Registry) []row {
@@ -169,6 +184,7 @@ func TestMetricsDocMatchesTheCollectors(t *testing.T) {
 	var rows []row
 	rows = append(rows, gather(t, "virt-handler", handlerRegistry())...)
 	rows = append(rows, gather(t, "virt-controller", controllerRegistry(t))...)
+	rows = append(rows, gather(t, "virt-api", apiRegistry(t))...)
 	rows = append(rows, gather(t, "virt-api, virt-controller, virt-handler", everyComponent())...)
 	if len(rows) < 40 {
 		t.Fatalf("only %d families gathered", len(rows))
