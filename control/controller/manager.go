@@ -208,6 +208,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, err
 	}
 	migrationCollector.Use(mgr.GetClient(), elected(mgr), mopts.Logger)
+	objectCollector.Use(mgr.GetClient(), elected(mgr), mopts.Logger)
 	componentCollector.Use(func() bool { return cachesSynced(mgr.GetCache())(&http.Request{}) == nil }, elected(mgr))
 	evac := &migration.Evacuation{Client: mgr.GetClient(), Recorder: recorder, Namespace: opts.Namespace}
 	if err := evac.SetupWithManager(mgr); err != nil {
@@ -239,14 +240,17 @@ func elected(mgr manager.Manager) func() bool {
 var (
 	migrationCollector     = &metrics.MigrationCollector{}
 	componentCollector     = &metrics.ComponentCollector{}
+	objectCollector        = &metrics.ObjectCollector{}
 	migrationCollectorOnce sync.Once
 	migrationCollectorErr  error
 )
 
 func registerMigrationCollector(reg prometheus.Registerer) error {
 	migrationCollectorOnce.Do(func() {
-		if migrationCollectorErr = reg.Register(migrationCollector); migrationCollectorErr == nil {
-			migrationCollectorErr = reg.Register(componentCollector)
+		for _, c := range []prometheus.Collector{migrationCollector, componentCollector, objectCollector} {
+			if migrationCollectorErr = reg.Register(c); migrationCollectorErr != nil {
+				return
+			}
 		}
 	})
 	return migrationCollectorErr

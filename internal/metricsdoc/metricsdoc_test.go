@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
@@ -66,6 +67,9 @@ func controllerRegistry(t *testing.T) *prometheus.Registry {
 	if err := virtv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewPedanticRegistry()
 	m, err := ctrlmetrics.New(reg)
 	if err != nil {
@@ -80,7 +84,12 @@ func controllerRegistry(t *testing.T) *prometheus.Registry {
 	start, end := metav1.Unix(1100, 0), metav1.Unix(1107, 0)
 	vmi.Status.MigrationState = &virtv1.VirtualMachineInstanceMigrationState{MigrationUID: "m1", StartTimestamp: &start, EndTimestamp: &end, Completed: true}
 	m.ObservePhaseTransition(vmi, created.Add(5*time.Second))
-	objs := []runtime.Object{vmi}
+	vmi.Spec.Domain.Devices.Interfaces = []virtv1.Interface{{Name: "default", InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}}
+	vmi.Spec.Networks = []virtv1.Network{{Name: "default", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}}
+	vmi.Status.Interfaces = []virtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.5", IPs: []string{"10.0.0.5"}}}
+	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm1", CreationTimestamp: created}}
+	vm.Status.PrintableStatus = virtv1.VirtualMachineStatusRunning
+	objs := []runtime.Object{vmi, vm, &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}}}
 	for i, phase := range []virtv1.VirtualMachineInstanceMigrationPhase{virtv1.MigrationSucceeded, virtv1.MigrationFailed, virtv1.MigrationRunning} {
 		mig := &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("m%d", i+1), UID: "m1", CreationTimestamp: created}}
 		mig.Spec.VMIName, mig.Status.Phase = "vm1", phase
@@ -88,11 +97,19 @@ func controllerRegistry(t *testing.T) *prometheus.Registry {
 		objs = append(objs, mig)
 	}
 	col := &ctrlmetrics.MigrationCollector{}
-	col.Use(fake.NewClientBuilder().WithScheme(scheme).WithRuntimeObjects(objs...).Build(), nil, logr.Discard())
+	col.Use(fakeCache(t, scheme, objs), nil, logr.Discard())
 	comp := &ctrlmetrics.ComponentCollector{}
 	comp.Use(func() bool { return true }, func() bool { return true })
-	reg.MustRegister(col, comp)
+	objects := &ctrlmetrics.ObjectCollector{}
+	objects.Use(fakeCache(t, scheme, objs), nil, logr.Discard())
+	reg.MustRegister(col, comp, objects)
 	return reg
+}
+
+// fakeCache is a fake cache holding objs.
+func fakeCache(t *testing.T, scheme *runtime.Scheme, objs []runtime.Object) client.Reader {
+	t.Helper()
+	return fake.NewClientBuilder().WithScheme(scheme).WithRuntimeObjects(objs...).Build()
 }
 
 // everyComponent holds the families every component exports.
@@ -172,9 +189,10 @@ balloon driver reports statistics; the migration progress families only while an
 ## Not exported
 
 - GPU, vGPU and host-device families: qvirt assigns no host devices.
-- Guest-agent families (filesystem, load, users) and ` + "`kubevirt_vmi_info`" + `'s guest OS labels: qvirt runs no guest agent channel yet.
-- ` + "`kubevirt_vm_*`" + ` (VirtualMachine object states), ` + "`kubevirt_vmi_phase_count`" + `, console, VNC and port-forward
-  connection counts, ` + "`kubevirt_configuration_emulation_enabled`" + `: not yet.
+- Guest-agent families (filesystem, load, users); ` + "`kubevirt_vmi_info`" + `'s and ` + "`kubevirt_vmi_phase_count`" + `'s guest OS labels
+  are ` + "`<none>`" + `: qvirt runs no guest agent channel yet.
+- ` + "`kubevirt_vm_resource_requests`" + `, ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `, ` + "`kubevirt_vmi_launcher_memory_overhead_bytes`" + `,
+  ` + "`kubevirt_vmi_dirty_rate_bytes_per_second`" + ` and ` + "`kubevirt_vmi_memory_swap_*`" + `: not yet.
 - virt-operator's families: qvirt has no operator yet.
 `)
 	return b.Bytes()

@@ -177,3 +177,70 @@ kubevirt_virt_controller_ready_status %v
 		}
 	}
 }
+
+// TestObjectCollector: the VMI and VM families from the objects, with KubeVirt's "<none>" for
+// what is unknown.
+func TestObjectCollector(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := virtv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	kv := &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}}
+	kv.Spec.Configuration.DeveloperConfiguration = &virtv1.DeveloperConfiguration{UseEmulation: true}
+	vmi := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1",
+		Annotations: map[string]string{"vm.kubevirt.io/os": "debian"}}}
+	vmi.Status.Phase, vmi.Status.NodeName = virtv1.Running, "node-1"
+	vmi.Spec.Domain.Devices.Interfaces = []virtv1.Interface{{Name: "default", InterfaceBindingMethod: virtv1.InterfaceBindingMethod{Masquerade: &virtv1.InterfaceMasquerade{}}}}
+	vmi.Spec.Networks = []virtv1.Network{{Name: "default", NetworkSource: virtv1.NetworkSource{Pod: &virtv1.PodNetwork{}}}}
+	vmi.Status.Interfaces = []virtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.5", IPs: []string{"10.0.0.5"}}}
+	other := &virtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db", UID: "u2"}}
+	other.Status.Phase, other.Status.NodeName = virtv1.Running, "node-1"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "virt-launcher-web-abcde",
+		Labels: map[string]string{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue, virtv1.CreatedByLabel: "u1"}}}
+	pod.Spec.NodeName = "node-1"
+	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", CreationTimestamp: metav1.Unix(500, 0)}}
+	vm.Status.PrintableStatus = virtv1.VirtualMachineStatusRunning
+	vm.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(900, 0)}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(kv, vmi, other, pod, vm).Build()
+	col := &ObjectCollector{}
+	col.Use(c, nil, logr.Discard())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	const none = `flavor="<none>",guest_os_arch="<none>",guest_os_kernel_release="<none>",guest_os_machine="<none>",guest_os_name="<none>",guest_os_version_id="<none>",instance_type="<none>"`
+	want := `
+# HELP kubevirt_configuration_emulation_enabled Indicates whether the Software Emulation is enabled in the configuration.
+# TYPE kubevirt_configuration_emulation_enabled gauge
+kubevirt_configuration_emulation_enabled 1
+# HELP kubevirt_vm_running_status_last_transition_timestamp_seconds Virtual Machine last transition timestamp to running status.
+# TYPE kubevirt_vm_running_status_last_transition_timestamp_seconds counter
+kubevirt_vm_running_status_last_transition_timestamp_seconds{name="web",namespace="ns",status="Running"} 900
+# HELP kubevirt_vm_error_status_last_transition_timestamp_seconds Virtual Machine last transition timestamp to error status.
+# TYPE kubevirt_vm_error_status_last_transition_timestamp_seconds counter
+kubevirt_vm_error_status_last_transition_timestamp_seconds{name="web",namespace="ns",status="Running"} 0
+# HELP kubevirt_vmi_info Information about VirtualMachineInstances.
+# TYPE kubevirt_vmi_info gauge
+kubevirt_vmi_info{evictable="true",` + none + `,name="db",namespace="ns",node="node-1",os="<none>",outdated="false",phase="Running",preference="<none>",vmi_pod="<none>",workload="<none>"} 1
+kubevirt_vmi_info{evictable="true",` + none + `,name="web",namespace="ns",node="node-1",os="debian",outdated="false",phase="Running",preference="<none>",vmi_pod="virt-launcher-web-abcde",workload="<none>"} 1
+# HELP kubevirt_vmi_phase_count Sum of VMIs per phase and node. ` + "`phase` can be one of the following: [`Pending`, `Scheduling`, `Scheduled`, `Running`, `Succeeded`, `Failed`, `Unknown`]." + `
+# TYPE kubevirt_vmi_phase_count gauge
+kubevirt_vmi_phase_count{` + none + `,node="node-1",os="<none>",phase="Running",preference="<none>",workload="<none>"} 1
+kubevirt_vmi_phase_count{` + none + `,node="node-1",os="debian",phase="Running",preference="<none>",workload="<none>"} 1
+# HELP kubevirt_vmi_status_addresses The addresses of a VirtualMachineInstance. This metric provides the address of an available network interface associated with the VMI in the 'address' label, and about the type of address, such as internal IP, in the 'type' label.
+# TYPE kubevirt_vmi_status_addresses gauge
+kubevirt_vmi_status_addresses{address="10.0.0.5",name="web",namespace="ns",network_name="default",node="node-1",type="InternalIP"} 1
+# HELP kubevirt_vmi_vnic_info Details of Virtual Machine Instance (VMI) vNIC interfaces.
+# TYPE kubevirt_vmi_vnic_info gauge
+kubevirt_vmi_vnic_info{binding_name="masquerade",binding_type="core",model="virtio",name="web",namespace="ns",network="pod networking",vnic_name="default"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubevirt_configuration_emulation_enabled",
+		"kubevirt_vm_running_status_last_transition_timestamp_seconds", "kubevirt_vm_error_status_last_transition_timestamp_seconds",
+		"kubevirt_vmi_info", "kubevirt_vmi_phase_count", "kubevirt_vmi_status_addresses", "kubevirt_vmi_vnic_info"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "kubevirt_vm_info"); err != nil || n != 1 {
+		t.Errorf("kubevirt_vm_info: %d series (%v)", n, err)
+	}
+}
