@@ -45,7 +45,9 @@ func (h *Handler) driveSource(ctx context.Context, vmi *v1.VirtualMachineInstanc
 	switch {
 	case ms.Failed:
 		return 0, h.abortSource(ctx, vmi, st, lc, out, started)
-	case started && (ls.ExitReason == launcherapi.ExitReason_EXIT_REASON_MIGRATED || out.GetState() == qmp.MigrationCompleted):
+	case (started || ms.StartTimestamp != nil) && (ls.ExitReason == launcherapi.ExitReason_EXIT_REASON_MIGRATED || out.GetState() == qmp.MigrationCompleted):
+		// QEMU sent everything, also when an earlier run of this agent started it: the guest
+		// is the target's now.
 		st.dropLink()
 		log.Info("migration completed", "downtimeMs", out.GetDowntimeMs(), "mode", out.GetMode())
 		return 0, h.writeMigration(ctx, vmi, func(s *v1.VirtualMachineInstanceMigrationState) {
