@@ -49,7 +49,8 @@ func handlerRegistry() *prometheus.Registry {
 			Cpu:   &launcherapi.CPUStats{UserNs: 3e9, SystemNs: 1e9},
 			Vcpus: []*launcherapi.VCPUStats{{Id: 0, RunNs: 2e9, WaitNs: 5e8}},
 			Memory: &launcherapi.MemoryStats{GuestBytes: 256 << 20, BalloonActualBytes: 256 << 20, RssBytes: 100 << 20,
-				AvailableBytes: 200 << 20, UnusedBytes: 100 << 20, UsableBytes: 150 << 20, MajorFaults: 1, MinorFaults: 2},
+				AvailableBytes: 200 << 20, UnusedBytes: 100 << 20, UsableBytes: 150 << 20, MajorFaults: 1, MinorFaults: 2,
+				SwapInBytes: 4096, SwapOutBytes: 8192, CachedBytes: 30 << 20},
 			Block:     []*launcherapi.BlockStats{{Drive: "rootdisk", ReadOps: 10, ReadBytes: 4096, ReadTimeNs: 2e9, FlushOps: 1}},
 			Migration: &launcherapi.MigrationStatus{Outgoing: true, TotalBytes: 1 << 28, TransferredBytes: 1 << 20, RemainingBytes: 1 << 27, MemoryBytesPerSecond: 1 << 20},
 		},
@@ -183,7 +184,7 @@ leader serves the cluster-wide ones (the other replicas only their own health); 
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", r.name, r.typ, r.labels, r.from, strings.ReplaceAll(r.help, "|", `\|`))
 	}
 	b.WriteString(`
-The guest-side memory families (available, unused, usable bytes and page faults) appear once the guest's
+The guest-side memory families (available, unused, usable and cached bytes, swap traffic and page faults) appear once the guest's
 balloon driver reports statistics; the migration progress families only while an outgoing migration runs.
 
 ## Not exported

@@ -2024,8 +2024,12 @@ type MemoryStats struct {
 	UsableBytes    uint64 `protobuf:"varint,6,opt,name=usable_bytes,json=usableBytes,proto3" json:"usable_bytes,omitempty"`
 	MajorFaults    uint64 `protobuf:"varint,7,opt,name=major_faults,json=majorFaults,proto3" json:"major_faults,omitempty"`
 	MinorFaults    uint64 `protobuf:"varint,8,opt,name=minor_faults,json=minorFaults,proto3" json:"minor_faults,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	SwapInBytes    uint64 `protobuf:"varint,9,opt,name=swap_in_bytes,json=swapInBytes,proto3" json:"swap_in_bytes,omitempty"`
+	SwapOutBytes   uint64 `protobuf:"varint,10,opt,name=swap_out_bytes,json=swapOutBytes,proto3" json:"swap_out_bytes,omitempty"`
+	// Buffers, page cache and swap cache.
+	CachedBytes   uint64 `protobuf:"varint,11,opt,name=cached_bytes,json=cachedBytes,proto3" json:"cached_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MemoryStats) Reset() {
@@ -2110,6 +2114,27 @@ func (x *MemoryStats) GetMajorFaults() uint64 {
 func (x *MemoryStats) GetMinorFaults() uint64 {
 	if x != nil {
 		return x.MinorFaults
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetSwapInBytes() uint64 {
+	if x != nil {
+		return x.SwapInBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetSwapOutBytes() uint64 {
+	if x != nil {
+		return x.SwapOutBytes
+	}
+	return 0
+}
+
+func (x *MemoryStats) GetCachedBytes() uint64 {
+	if x != nil {
+		return x.CachedBytes
 	}
 	return 0
 }
@@ -2417,7 +2442,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\tthread_id\x18\x02 \x01(\x03R\bthreadId\x12\x15\n" +
 	"\x06run_ns\x18\x03 \x01(\x04R\x05runNs\x12\x17\n" +
 	"\await_ns\x18\x04 \x01(\x04R\x06waitNs\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\"\xb2\x02\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"\x9f\x03\n" +
 	"\vMemoryStats\x12\x1f\n" +
 	"\vguest_bytes\x18\x01 \x01(\x04R\n" +
 	"guestBytes\x120\n" +
@@ -2427,7 +2452,11 @@ const file_launcher_proto_rawDesc = "" +
 	"\funused_bytes\x18\x05 \x01(\x04R\vunusedBytes\x12!\n" +
 	"\fusable_bytes\x18\x06 \x01(\x04R\vusableBytes\x12!\n" +
 	"\fmajor_faults\x18\a \x01(\x04R\vmajorFaults\x12!\n" +
-	"\fminor_faults\x18\b \x01(\x04R\vminorFaults\"\xa1\x02\n" +
+	"\fminor_faults\x18\b \x01(\x04R\vminorFaults\x12\"\n" +
+	"\rswap_in_bytes\x18\t \x01(\x04R\vswapInBytes\x12$\n" +
+	"\x0eswap_out_bytes\x18\n" +
+	" \x01(\x04R\fswapOutBytes\x12!\n" +
+	"\fcached_bytes\x18\v \x01(\x04R\vcachedBytes\"\xa1\x02\n" +
 	"\n" +
 	"BlockStats\x12\x14\n" +
 	"\x05drive\x18\x01 \x01(\tR\x05drive\x12\x1d\n" +

@@ -88,6 +88,9 @@ func balloonStats(ctx context.Context, mon *qmp.Client, m *launcherapi.MemorySta
 	m.UsableBytes = deref(gs.AvailableMemory)
 	m.MajorFaults = deref(gs.MajorFaults)
 	m.MinorFaults = deref(gs.MinorFaults)
+	m.SwapInBytes = deref(gs.SwapIn)
+	m.SwapOutBytes = deref(gs.SwapOut)
+	m.CachedBytes = deref(gs.DiskCaches)
 	return nil
 }
 

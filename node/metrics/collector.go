@@ -62,6 +62,9 @@ var families = map[string]family{
 	"mem_domain":      {"memory_domain_bytes", "The amount of memory allocated to the domain.", prometheus.GaugeValue, nil},
 	"mem_majflt":      {"memory_pgmajfault_total", "The number of page faults when disk IO was required.", prometheus.CounterValue, nil},
 	"mem_minflt":      {"memory_pgminfault_total", "The number of other page faults, when disk IO was not required.", prometheus.CounterValue, nil},
+	"mem_swap_in":     {"memory_swap_in_traffic_bytes", "The total amount of data read from swap space of the guest in bytes.", prometheus.GaugeValue, nil},
+	"mem_swap_out":    {"memory_swap_out_traffic_bytes", "The total amount of memory written out to swap space of the guest in bytes.", prometheus.GaugeValue, nil},
+	"mem_cached":      {"memory_cached_bytes", "The amount of memory that is being used to cache I/O and is available to be reclaimed, corresponds to the sum of `Buffers` + `Cached` + `SwapCached` in `/proc/meminfo`.", prometheus.GaugeValue, nil},
 	"net_rx_bytes":    {"network_receive_bytes_total", "Total network traffic received in bytes.", prometheus.CounterValue, []string{"interface"}},
 	"net_tx_bytes":    {"network_transmit_bytes_total", "Total network traffic transmitted in bytes.", prometheus.CounterValue, []string{"interface"}},
 	"net_rx_packets":  {"network_receive_packets_total", "Total network traffic received packets.", prometheus.CounterValue, []string{"interface"}},
@@ -132,6 +135,9 @@ func (c *Collector) collectVM(ch chan<- prometheus.Metric, vm VM) {
 			emit("mem_usable", float64(m.UsableBytes))
 			emit("mem_majflt", float64(m.MajorFaults))
 			emit("mem_minflt", float64(m.MinorFaults))
+			emit("mem_swap_in", float64(m.SwapInBytes))
+			emit("mem_swap_out", float64(m.SwapOutBytes))
+			emit("mem_cached", float64(m.CachedBytes))
 		}
 	}
 	for _, name := range sortedKeys(vm.Interfaces) {
