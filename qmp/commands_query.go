@@ -231,3 +231,32 @@ func (c *Client) QueryMemorySizeSummary(ctx context.Context) (MemorySizeSummary,
 	err := c.Execute(ctx, "query-memory-size-summary", nil, &m)
 	return m, err
 }
+
+// DirtyRate is query-dirty-rate's answer. RateMiBPerSecond is set once Status is
+// DirtyRateMeasured.
+type DirtyRate struct {
+	Status           string `json:"status"`
+	RateMiBPerSecond *int64 `json:"dirty-rate,omitempty"`
+	StartTime        int64  `json:"start-time"`
+	CalcTime         int64  `json:"calc-time"`
+}
+
+// query-dirty-rate statuses.
+const (
+	DirtyRateUnstarted = "unstarted"
+	DirtyRateMeasuring = "measuring"
+	DirtyRateMeasured  = "measured"
+)
+
+// CalcDirtyRate starts measuring how fast the guest dirties its memory, by sampling pages for
+// the given number of seconds; QueryDirtyRate reads the result afterwards.
+func (c *Client) CalcDirtyRate(ctx context.Context, seconds int64) error {
+	return c.Execute(ctx, "calc-dirty-rate", map[string]any{"calc-time": seconds}, nil)
+}
+
+// QueryDirtyRate runs query-dirty-rate.
+func (c *Client) QueryDirtyRate(ctx context.Context) (DirtyRate, error) {
+	var d DirtyRate
+	err := c.Execute(ctx, "query-dirty-rate", nil, &d)
+	return d, err
+}

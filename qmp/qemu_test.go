@@ -184,6 +184,24 @@ func TestQEMU(t *testing.T) {
 		}
 	})
 
+	t.Run("dirty rate", func(t *testing.T) {
+		if err := c.CalcDirtyRate(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		var d DirtyRate
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			var err error
+			if d, err = c.QueryDirtyRate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d.Status == DirtyRateMeasured {
+				break
+			}
+		}
+		if d.Status != DirtyRateMeasured || d.RateMiBPerSecond == nil || *d.RateMiBPerSecond < 0 || d.CalcTime != 1 {
+			t.Errorf("query-dirty-rate after a 1 s measurement: %+v", d)
+		}
+	})
 	t.Run("memory-size-summary", func(t *testing.T) {
 		m, err := c.QueryMemorySizeSummary(ctx)
 		if err != nil || m.BaseMemory != 64<<20 {

@@ -52,6 +52,7 @@ func handlerRegistry() *prometheus.Registry {
 				AvailableBytes: 200 << 20, UnusedBytes: 100 << 20, UsableBytes: 150 << 20, MajorFaults: 1, MinorFaults: 2,
 				SwapInBytes: 4096, SwapOutBytes: 8192, CachedBytes: 30 << 20},
 			Block:     []*launcherapi.BlockStats{{Drive: "rootdisk", ReadOps: 10, ReadBytes: 4096, ReadTimeNs: 2e9, FlushOps: 1}},
+			DirtyRate: &launcherapi.DirtyRate{BytesPerSecond: 1 << 20},
 			Migration: &launcherapi.MigrationStatus{Outgoing: true, TotalBytes: 1 << 28, TransferredBytes: 1 << 20, RemainingBytes: 1 << 27, MemoryBytesPerSecond: 1 << 20},
 		},
 		Interfaces: map[string]vmimetrics.NetStats{"default": {RxBytes: 100, TxBytes: 900}},

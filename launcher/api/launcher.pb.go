@@ -1808,7 +1808,10 @@ type StatsResponse struct {
 	Memory   *MemoryStats           `protobuf:"bytes,4,opt,name=memory,proto3" json:"memory,omitempty"`
 	Block    []*BlockStats          `protobuf:"bytes,5,rep,name=block,proto3" json:"block,omitempty"`
 	// The outgoing migration's progress, while one runs.
-	Migration     *MigrationStatus `protobuf:"bytes,6,opt,name=migration,proto3" json:"migration,omitempty"`
+	Migration *MigrationStatus `protobuf:"bytes,6,opt,name=migration,proto3" json:"migration,omitempty"`
+	// How fast the guest dirties its memory, from the last one-second sample (QMP
+	// calc-dirty-rate); absent until one has been measured.
+	DirtyRate     *DirtyRate `protobuf:"bytes,7,opt,name=dirty_rate,json=dirtyRate,proto3" json:"dirty_rate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1885,6 +1888,57 @@ func (x *StatsResponse) GetMigration() *MigrationStatus {
 	return nil
 }
 
+func (x *StatsResponse) GetDirtyRate() *DirtyRate {
+	if x != nil {
+		return x.DirtyRate
+	}
+	return nil
+}
+
+type DirtyRate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	BytesPerSecond uint64                 `protobuf:"varint,1,opt,name=bytes_per_second,json=bytesPerSecond,proto3" json:"bytes_per_second,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DirtyRate) Reset() {
+	*x = DirtyRate{}
+	mi := &file_launcher_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DirtyRate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DirtyRate) ProtoMessage() {}
+
+func (x *DirtyRate) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DirtyRate.ProtoReflect.Descriptor instead.
+func (*DirtyRate) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DirtyRate) GetBytesPerSecond() uint64 {
+	if x != nil {
+		return x.BytesPerSecond
+	}
+	return 0
+}
+
 type CPUStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	UserNs        uint64                 `protobuf:"varint,1,opt,name=user_ns,json=userNs,proto3" json:"user_ns,omitempty"`
@@ -1895,7 +1949,7 @@ type CPUStats struct {
 
 func (x *CPUStats) Reset() {
 	*x = CPUStats{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +1961,7 @@ func (x *CPUStats) String() string {
 func (*CPUStats) ProtoMessage() {}
 
 func (x *CPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +1974,7 @@ func (x *CPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUStats.ProtoReflect.Descriptor instead.
 func (*CPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CPUStats) GetUserNs() uint64 {
@@ -1950,7 +2004,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2016,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2029,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *VCPUStats) GetId() uint32 {
@@ -2034,7 +2088,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2100,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2113,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -2156,7 +2210,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2222,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2235,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BlockStats) GetDrive() string {
@@ -2256,7 +2310,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2322,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2335,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -2426,14 +2480,18 @@ const file_launcher_proto_rawDesc = "" +
 	"\vexit_reason\x18\x03 \x01(\x0e2\x1d.qvirt.launcher.v1.ExitReasonR\n" +
 	"exitReason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1b\n" +
-	"\tqmp_event\x18\x05 \x01(\tR\bqmpEvent\"\xbe\x02\n" +
+	"\tqmp_event\x18\x05 \x01(\tR\bqmpEvent\"\xfb\x02\n" +
 	"\rStatsResponse\x12\x1b\n" +
 	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\x12-\n" +
 	"\x03cpu\x18\x02 \x01(\v2\x1b.qvirt.launcher.v1.CPUStatsR\x03cpu\x122\n" +
 	"\x05vcpus\x18\x03 \x03(\v2\x1c.qvirt.launcher.v1.VCPUStatsR\x05vcpus\x126\n" +
 	"\x06memory\x18\x04 \x01(\v2\x1e.qvirt.launcher.v1.MemoryStatsR\x06memory\x123\n" +
 	"\x05block\x18\x05 \x03(\v2\x1d.qvirt.launcher.v1.BlockStatsR\x05block\x12@\n" +
-	"\tmigration\x18\x06 \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\"@\n" +
+	"\tmigration\x18\x06 \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\x12;\n" +
+	"\n" +
+	"dirty_rate\x18\a \x01(\v2\x1c.qvirt.launcher.v1.DirtyRateR\tdirtyRate\"5\n" +
+	"\tDirtyRate\x12(\n" +
+	"\x10bytes_per_second\x18\x01 \x01(\x04R\x0ebytesPerSecond\"@\n" +
 	"\bCPUStats\x12\x17\n" +
 	"\auser_ns\x18\x01 \x01(\x04R\x06userNs\x12\x1b\n" +
 	"\tsystem_ns\x18\x02 \x01(\x04R\bsystemNs\"~\n" +
@@ -2540,7 +2598,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_launcher_proto_goTypes = []any{
 	(Accel)(0),                     // 0: qvirt.launcher.v1.Accel
 	(Bus)(0),                       // 1: qvirt.launcher.v1.Bus
@@ -2567,11 +2625,12 @@ var file_launcher_proto_goTypes = []any{
 	(*MigrateRequest)(nil),         // 22: qvirt.launcher.v1.MigrateRequest
 	(*Event)(nil),                  // 23: qvirt.launcher.v1.Event
 	(*StatsResponse)(nil),          // 24: qvirt.launcher.v1.StatsResponse
-	(*CPUStats)(nil),               // 25: qvirt.launcher.v1.CPUStats
-	(*VCPUStats)(nil),              // 26: qvirt.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),            // 27: qvirt.launcher.v1.MemoryStats
-	(*BlockStats)(nil),             // 28: qvirt.launcher.v1.BlockStats
-	(*ScreenshotResponse)(nil),     // 29: qvirt.launcher.v1.ScreenshotResponse
+	(*DirtyRate)(nil),              // 25: qvirt.launcher.v1.DirtyRate
+	(*CPUStats)(nil),               // 26: qvirt.launcher.v1.CPUStats
+	(*VCPUStats)(nil),              // 27: qvirt.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),            // 28: qvirt.launcher.v1.MemoryStats
+	(*BlockStats)(nil),             // 29: qvirt.launcher.v1.BlockStats
+	(*ScreenshotResponse)(nil),     // 30: qvirt.launcher.v1.ScreenshotResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	0,  // 0: qvirt.launcher.v1.VMSpec.accel:type_name -> qvirt.launcher.v1.Accel
@@ -2595,44 +2654,45 @@ var file_launcher_proto_depIdxs = []int32{
 	21, // 18: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
 	4,  // 19: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
 	5,  // 20: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	25, // 21: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
-	26, // 22: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
-	27, // 23: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
-	28, // 24: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
+	26, // 21: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
+	27, // 22: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
+	28, // 23: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
+	29, // 24: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
 	21, // 25: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	18, // 26: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
-	17, // 27: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
-	17, // 28: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
-	19, // 29: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
-	17, // 30: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
-	17, // 31: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	17, // 32: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
-	17, // 33: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	17, // 34: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 35: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	17, // 36: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	18, // 37: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
-	22, // 38: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
-	17, // 39: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
-	20, // 40: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 41: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 42: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 43: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 44: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 45: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 46: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 47: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 48: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	29, // 49: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	23, // 50: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	20, // 51: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 52: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 53: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
-	40, // [40:54] is the sub-list for method output_type
-	26, // [26:40] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	25, // 26: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
+	18, // 27: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
+	17, // 28: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
+	17, // 29: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
+	19, // 30: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
+	17, // 31: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
+	17, // 32: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
+	17, // 33: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	17, // 34: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	17, // 35: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	17, // 36: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	17, // 37: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	18, // 38: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
+	22, // 39: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
+	17, // 40: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
+	20, // 41: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 42: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 43: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 44: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 45: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 46: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 47: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 48: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	20, // 49: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	30, // 50: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	23, // 51: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	20, // 52: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 53: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 54: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
+	41, // [41:55] is the sub-list for method output_type
+	27, // [27:41] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -2652,7 +2712,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

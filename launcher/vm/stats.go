@@ -50,7 +50,26 @@ func (v *VM) Stats(ctx context.Context) (*launcherapi.StatsResponse, error) {
 		return nil, fmt.Errorf("block stats: %w", err)
 	}
 	out.Block = blockStats(bs, spec.GetDisks())
+	out.DirtyRate = dirtyRate(ctx, mon, out.Migration != nil)
 	return out, nil
+}
+
+// dirtyRate reads the last sample of the guest's dirty rate and starts the next one, so that
+// each snapshot reports a sample at most one snapshot old. It starts none while the VM migrates
+// (QEMU's own counters serve then), and a failure costs only the sample.
+func dirtyRate(ctx context.Context, mon *qmp.Client, migrating bool) *launcherapi.DirtyRate {
+	d, err := mon.QueryDirtyRate(ctx)
+	if err != nil {
+		return nil
+	}
+	var out *launcherapi.DirtyRate
+	if d.Status == qmp.DirtyRateMeasured && d.RateMiBPerSecond != nil && *d.RateMiBPerSecond >= 0 {
+		out = &launcherapi.DirtyRate{BytesPerSecond: uint64(*d.RateMiBPerSecond) << 20}
+	}
+	if d.Status != qmp.DirtyRateMeasuring && !migrating {
+		_ = mon.CalcDirtyRate(ctx, 1)
+	}
+	return out
 }
 
 func vcpuStats(ctx context.Context, mon *qmp.Client, pid int) ([]*launcherapi.VCPUStats, error) {

@@ -186,6 +186,11 @@ func TestBootConsoleVNCPauseStats(t *testing.T) {
 		if len(st.Block) != 1 || st.Block[0].Drive != "rootdisk" || st.Block[0].ReadBytes == 0 || st.Block[0].ReadOps == 0 {
 			t.Errorf("block stats: %v", st.Block)
 		}
+		// That snapshot started a one-second dirty-rate sample; a later one reports it.
+		time.Sleep(1500 * time.Millisecond)
+		if st, err = v.Stats(within(t, 30*time.Second)); err != nil || st.DirtyRate == nil {
+			t.Errorf("no dirty rate a sample after the first snapshot: %v %v", st.GetDirtyRate(), err)
+		}
 	})
 }
 

@@ -47,8 +47,8 @@ func (h *Handler) driveSource(ctx context.Context, vmi *v1.VirtualMachineInstanc
 		return 0, h.abortSource(ctx, vmi, st, lc, out, started)
 	case (started || ms.StartTimestamp != nil) && (ls.ExitReason == launcherapi.ExitReason_EXIT_REASON_MIGRATED || out.GetState() == qmp.MigrationCompleted):
 		// QEMU sent everything, also when an earlier run of this agent started it: the guest
-		// is the target's now.
-		st.dropLink()
+		// is the target's now. The link stays until the VMI says so (the first case), so that
+		// a reconcile on a copy that missed the write comes here again, not to the case below.
 		log.Info("migration completed", "downtimeMs", out.GetDowntimeMs(), "mode", out.GetMode())
 		return 0, h.writeMigration(ctx, vmi, func(s *v1.VirtualMachineInstanceMigrationState) {
 			s.Completed = true

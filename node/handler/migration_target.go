@@ -155,9 +155,7 @@ func (h *Handler) writeMigration(ctx context.Context, vmi *v1.VirtualMachineInst
 	}
 	next := vmi.DeepCopy()
 	change(next.Status.MigrationState)
-	// Against the version read: a write decided on a stale copy (one that missed the
-	// migration's completion, say) is refused and decided again on the current one.
-	return h.client.Status().Patch(ctx, next, client.MergeFromWithOptions(vmi, client.MergeFromWithOptimisticLock{}))
+	return h.client.Status().Patch(ctx, next, client.MergeFrom(vmi))
 }
 
 func failMigration(s *v1.VirtualMachineInstanceMigrationState, why string) {

@@ -81,6 +81,7 @@ var families = map[string]family{
 	"blk_write_time":  {"storage_write_times_seconds_total", "Total time spent on write operations.", prometheus.CounterValue, []string{"drive"}},
 	"blk_flush":       {"storage_flush_requests_total", "Total storage flush requests.", prometheus.CounterValue, []string{"drive"}},
 	"blk_flush_time":  {"storage_flush_times_seconds_total", "Total time spent on cache flushing.", prometheus.CounterValue, []string{"drive"}},
+	"dirty_rate":      {"dirty_rate_bytes_per_second", "Guest dirty-rate in bytes per second.", prometheus.GaugeValue, nil},
 	"mig_total":       {"migration_data_total_bytes", "The total Guest OS data to be migrated to the new VM.", prometheus.CounterValue, nil},
 	"mig_processed":   {"migration_data_processed_bytes", "The total Guest OS data processed and migrated to the new VM.", prometheus.GaugeValue, nil},
 	"mig_remaining":   {"migration_data_remaining_bytes", "The remaining guest OS data to be migrated to the new VM.", prometheus.GaugeValue, nil},
@@ -162,6 +163,9 @@ func (c *Collector) collectVM(ch chan<- prometheus.Metric, vm VM) {
 		emit("blk_write_time", float64(b.WriteTimeNs)/nsPerSec, d)
 		emit("blk_flush", float64(b.FlushOps), d)
 		emit("blk_flush_time", float64(b.FlushTimeNs)/nsPerSec, d)
+	}
+	if d := s.DirtyRate; d != nil {
+		emit("dirty_rate", float64(d.BytesPerSecond))
 	}
 	// An outgoing migration's progress: its data is the RAM and the local disks' copy.
 	if m := s.Migration; m != nil {
