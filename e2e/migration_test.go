@@ -397,9 +397,13 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		} {
 			prom.waitFor(t, ctx, q)
 		}
-		// The source's progress series ended with the move.
-		if n, err := promQuery(ctx, prom.addr, `kubevirt_vmi_migration_data_processed_bytes{name="stayer"}`); err != nil || n != 0 {
-			t.Errorf("%d migration progress series after the move (%v)", n, err)
+		// The source's progress series end with the move (Prometheus marks them stale at the
+		// first scrape without them).
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			n, err := promQuery(ctx, prom.addr, `kubevirt_vmi_migration_data_processed_bytes{name="stayer"}`)
+			return err == nil && n == 0, nil
+		}); err != nil {
+			t.Errorf("migration progress series stay after the move: %v", err)
 		}
 	})
 

@@ -157,10 +157,17 @@ func (r *Reconciler) admit(ctx context.Context, mig *virtv1.VirtualMachineInstan
 		logger.Info("Created migration target pod", "vmi", vmi.Name, "pod", pod.Name, "sourceNode", node)
 		r.Recorder.Eventf(mig, pod, corev1.EventTypeNormal, "SuccessfulCreate", "CreatePod", "Created migration target pod %s", pod.Name)
 	}
+	// The source is the pod the VMI runs in now: after an earlier migration, that one's target.
+	source := launcherpod.PodName(vmi.Name, vmi.UID)
+	if live, err := vmiutil.ListLauncherPods(ctx, r.Client, vmi.Namespace, string(vmi.UID)); err == nil {
+		if p := vmiutil.ActivePod(vmi, live, source); p != nil {
+			source = p.Name
+		}
+	}
 	state := &virtv1.VirtualMachineInstanceMigrationState{
 		MigrationUID: mig.UID,
 		SourceNode:   node,
-		SourcePod:    launcherpod.PodName(vmi.Name, vmi.UID),
+		SourcePod:    source,
 		TargetPod:    pod.Name,
 	}
 	return ctrl.Result{}, r.setPhase(ctx, mig, virtv1.MigrationScheduling, state)

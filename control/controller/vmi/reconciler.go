@@ -302,30 +302,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, vmi *virtv1.VirtualMachine
 	return nil
 }
 
-// launcherPod picks the pod that runs the VMI: once a migration handed the VMI over to its
-// target node, the migration's target pod; before, the VMI's own (non-migration-target) pod,
-// preferring the one with the deterministic name.
+// launcherPod picks the pod that runs the VMI (vmiutil.ActivePod).
 func launcherPod(vmi *virtv1.VirtualMachineInstance, pods []corev1.Pod) *corev1.Pod {
-	if ms := vmi.Status.MigrationState; ms != nil && ms.Completed && ms.TargetPod != "" && ms.TargetNode == vmi.Status.NodeName {
-		for i := range pods {
-			if p := &pods[i]; p.Name == ms.TargetPod && metav1.IsControlledBy(p, vmi) {
-				return p
-			}
-		}
-		return nil
-	}
-	want := launcherpod.PodName(vmi.Name, vmi.UID)
-	var found *corev1.Pod
-	for i := range pods {
-		p := &pods[i]
-		if vmiutil.IsMigrationTargetPod(p) || !metav1.IsControlledBy(p, vmi) {
-			continue
-		}
-		if found == nil || p.Name == want {
-			found = p
-		}
-	}
-	return found
+	return vmiutil.ActivePod(vmi, pods, launcherpod.PodName(vmi.Name, vmi.UID))
 }
 
 func containsPod(pods []corev1.Pod, pod *corev1.Pod) bool {

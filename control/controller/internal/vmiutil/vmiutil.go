@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
@@ -104,6 +105,42 @@ func PodDone(pod *corev1.Pod) bool {
 // PodDownOrGoingDown reports a pod that is finished or being deleted.
 func PodDownOrGoingDown(pod *corev1.Pod) bool {
 	return PodDone(pod) || pod.DeletionTimestamp != nil
+}
+
+// ActivePod picks the pod that runs the VMI among its launcher pods. A VMI that has migrated
+// runs in the pod its migrations name: the target pod once a migration handed it over to its
+// target node, the source pod while one runs or after one failed (a second migration's source
+// is the first one's target). Before any migration it is the VMI's own pod (not a migration
+// target), preferring the one named want.
+func ActivePod(vmi *virtv1.VirtualMachineInstance, pods []corev1.Pod, want string) *corev1.Pod {
+	if ms := vmi.Status.MigrationState; ms != nil {
+		name := ""
+		switch {
+		case ms.Completed && !ms.Failed && ms.TargetPod != "" && ms.TargetNode == vmi.Status.NodeName:
+			name = ms.TargetPod
+		case ms.SourcePod != "" && ms.SourceNode == vmi.Status.NodeName:
+			name = ms.SourcePod
+		}
+		if name != "" {
+			for i := range pods {
+				if p := &pods[i]; p.Name == name && metav1.IsControlledBy(p, vmi) {
+					return p
+				}
+			}
+			return nil
+		}
+	}
+	var found *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		if IsMigrationTargetPod(p) || !metav1.IsControlledBy(p, vmi) {
+			continue
+		}
+		if found == nil || p.Name == want {
+			found = p
+		}
+	}
+	return found
 }
 
 // IsMigrationTargetPod reports a pod created for a migration target.
