@@ -346,13 +346,7 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		if err := syscall.Kill(target[0], syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		ended := &v1.VirtualMachineInstanceMigration{}
-		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			err := kv(t, c).Get(ctx, client.ObjectKeyFromObject(mig), ended)
-			return err == nil && migrationEnded(ended), nil
-		}); err != nil || ended.Status.Phase != v1.MigrationFailed {
-			t.Fatalf("migration %s after its target died: %s %v", mig.Name, ended.Status.Phase, err)
-		}
+		waitMigrationFailed(t, ctx, c, mig, "its target died")
 		after := waitMigrationState(t, ctx, c, name, mig.UID, func(ms *v1.VirtualMachineInstanceMigrationState) bool { return ms.Failed })
 		if ms := after.Status.MigrationState; ms.Completed || ms.FailureReason == "" {
 			t.Errorf("migrationState after the target died: %+v", ms)
@@ -419,13 +413,7 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 		if err := syscall.Kill(source[0], syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		ended := &v1.VirtualMachineInstanceMigration{}
-		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			err := kv(t, c).Get(ctx, client.ObjectKeyFromObject(mig), ended)
-			return err == nil && migrationEnded(ended), nil
-		}); err != nil || ended.Status.Phase != v1.MigrationFailed {
-			t.Fatalf("migration %s after its source died: %s %v", mig.Name, ended.Status.Phase, err)
-		}
+		waitMigrationFailed(t, ctx, c, mig, "its source died")
 		// The old VMI failed: either it is still there, Failed, or the VM already replaced it.
 		if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			now := &v1.VirtualMachineInstance{}
@@ -446,6 +434,18 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 
 	// Over these runs, a moving, failing and moved VM, every family qvirt documents appeared.
 	prom.requireEveryDocumentedFamily(t, ctx)
+}
+
+// waitMigrationFailed waits for mig to end, and fails the test unless it failed.
+func waitMigrationFailed(t *testing.T, ctx context.Context, c *localcluster.Cluster, mig *v1.VirtualMachineInstanceMigration, after string) {
+	t.Helper()
+	ended := &v1.VirtualMachineInstanceMigration{}
+	if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		err := kv(t, c).Get(ctx, client.ObjectKeyFromObject(mig), ended)
+		return err == nil && migrationEnded(ended), nil
+	}); err != nil || ended.Status.Phase != v1.MigrationFailed {
+		t.Fatalf("migration %s after %s: %s %v", mig.Name, after, ended.Status.Phase, err)
+	}
 }
 
 // TestDrainLiveMigratesTheVM: kubectl drain of the node of a VM with evictionStrategy

@@ -42,24 +42,38 @@ var (
 		[]string{"node", "namespace", "name"}, nil)
 )
 
-// MigrationCollector reports KubeVirt's migration families from the controller's cache at each
-// scrape: how many migrations are in which phase, each ended migration's outcome, each VMI's
-// last migration start and end, and the VMIs whose eviction would be refused. Only the leading replica reports them, so that a sum over
-// the replicas counts each migration once.
-type MigrationCollector struct {
+// leaderCache is what a collector of cluster-wide families reads: the controller's cache, while
+// this replica leads, so that a sum over the replicas counts each object once.
+type leaderCache struct {
 	mu      sync.Mutex
 	reader  client.Reader
 	leading func() bool
 	log     logr.Logger
 }
 
-// Use makes the collector read reader, while leading reports true. A manager started again in
-// the same process (tests) takes the registered collector over.
-func (c *MigrationCollector) Use(reader client.Reader, leading func() bool, log logr.Logger) {
+// Use makes the collector read reader while leading reports true (nil: always). A manager
+// started again in the same process (tests) takes the registered collector over.
+func (c *leaderCache) Use(reader client.Reader, leading func() bool, log logr.Logger) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reader, c.leading, c.log = reader, leading, log
 }
+
+// current returns the reader to collect from, or nil when this replica does not report.
+func (c *leaderCache) current() (client.Reader, logr.Logger) {
+	c.mu.Lock()
+	reader, leading, log := c.reader, c.leading, c.log
+	c.mu.Unlock()
+	if reader == nil || (leading != nil && !leading()) {
+		return nil, log
+	}
+	return reader, log
+}
+
+// MigrationCollector reports KubeVirt's migration families from the controller's cache at each
+// scrape: how many migrations are in which phase, each ended migration's outcome, each VMI's
+// last migration start and end, and the VMIs whose eviction would be refused.
+type MigrationCollector struct{ leaderCache }
 
 // Describe sends every family.
 func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -73,10 +87,8 @@ func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads migrations and VMIs from the cache.
 func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	reader, leading, log := c.reader, c.leading, c.log
-	c.mu.Unlock()
-	if reader == nil || (leading != nil && !leading()) {
+	reader, log := c.current()
+	if reader == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

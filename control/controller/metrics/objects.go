@@ -2,10 +2,8 @@ package metrics
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,19 +54,7 @@ func init() {
 
 // ObjectCollector reports KubeVirt's families about the VMI and VM objects and the cluster's
 // configuration from the controller's cache at each scrape, from the leading replica only.
-type ObjectCollector struct {
-	mu      sync.Mutex
-	reader  client.Reader
-	leading func() bool
-	log     logr.Logger
-}
-
-// Use makes the collector read reader while leading reports true (nil: always).
-func (c *ObjectCollector) Use(reader client.Reader, leading func() bool, log logr.Logger) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reader, c.leading, c.log = reader, leading, log
-}
+type ObjectCollector struct{ leaderCache }
 
 // Describe sends every family.
 func (c *ObjectCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -82,10 +68,8 @@ func (c *ObjectCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the KubeVirt CR, the VMIs and the VMs.
 func (c *ObjectCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	reader, leading, log := c.reader, c.leading, c.log
-	c.mu.Unlock()
-	if reader == nil || (leading != nil && !leading()) {
+	reader, log := c.current()
+	if reader == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
