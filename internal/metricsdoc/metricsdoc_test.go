@@ -19,8 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -91,7 +93,13 @@ func controllerRegistry(t *testing.T) *prometheus.Registry {
 	vmi.Status.Interfaces = []virtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.5", IPs: []string{"10.0.0.5"}}}
 	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm1", CreationTimestamp: created}}
 	vm.Status.PrintableStatus = virtv1.VirtualMachineStatusRunning
-	objs := []runtime.Object{vmi, vm, &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}}}
+	vmi.UID = "uid-1"
+	vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "virt-launcher-vm1-abcde",
+		Labels: map[string]string{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue, virtv1.CreatedByLabel: "uid-1"}}}
+	pod.Spec.NodeName = "node01"
+	pod.Spec.Containers = []corev1.Container{{Name: "compute", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("220Mi")}}}}
+	objs := []runtime.Object{vmi, vm, pod, &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}}}
 	for i, phase := range []virtv1.VirtualMachineInstanceMigrationPhase{virtv1.MigrationSucceeded, virtv1.MigrationFailed, virtv1.MigrationRunning} {
 		mig := &virtv1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("m%d", i+1), UID: "m1", CreationTimestamp: created}}
 		mig.Spec.VMIName, mig.Status.Phase = "vm1", phase
@@ -193,8 +201,7 @@ balloon driver reports statistics; the migration progress families only while an
 - GPU, vGPU and host-device families: qvirt assigns no host devices.
 - Guest-agent families (filesystem, load, users); ` + "`kubevirt_vmi_info`" + `'s and ` + "`kubevirt_vmi_phase_count`" + `'s guest OS labels
   are ` + "`<none>`" + `: qvirt runs no guest agent channel yet.
-- ` + "`kubevirt_vm_resource_requests`" + `, ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `, ` + "`kubevirt_vmi_launcher_memory_overhead_bytes`" + `,
-  ` + "`kubevirt_vmi_dirty_rate_bytes_per_second`" + ` and ` + "`kubevirt_vmi_memory_swap_*`" + `: not yet.
+- ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: qvirt has no persistentVolumeClaim volumes yet; ` + "`kubevirt_vm_resource_requests`" + `: not yet.
 - virt-operator's families: qvirt has no operator yet.
 `)
 	return b.Bytes()

@@ -10,9 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
@@ -201,6 +203,8 @@ func TestObjectCollector(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "virt-launcher-web-abcde",
 		Labels: map[string]string{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue, virtv1.CreatedByLabel: "u1"}}}
 	pod.Spec.NodeName = "node-1"
+	vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))}
+	pod.Spec.Containers = []corev1.Container{{Name: "compute", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("220Mi")}}}}
 	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", CreationTimestamp: metav1.Unix(500, 0)}}
 	vm.Status.PrintableStatus = virtv1.VirtualMachineStatusRunning
 	vm.Status.Conditions = []virtv1.VirtualMachineCondition{{Type: virtv1.VirtualMachineReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(900, 0)}}
@@ -224,6 +228,9 @@ kubevirt_vm_error_status_last_transition_timestamp_seconds{name="web",namespace=
 # TYPE kubevirt_vmi_info gauge
 kubevirt_vmi_info{evictable="true",` + none + `,name="db",namespace="ns",node="node-1",os="<none>",outdated="false",phase="Running",preference="<none>",vmi_pod="<none>",workload="<none>"} 1
 kubevirt_vmi_info{evictable="true",` + none + `,name="web",namespace="ns",node="node-1",os="debian",outdated="false",phase="Running",preference="<none>",vmi_pod="virt-launcher-web-abcde",workload="<none>"} 1
+# HELP kubevirt_vmi_launcher_memory_overhead_bytes Estimation of the memory amount required for virt-launcher's infrastructure components (e.g. libvirt, QEMU).
+# TYPE kubevirt_vmi_launcher_memory_overhead_bytes gauge
+kubevirt_vmi_launcher_memory_overhead_bytes{name="web",namespace="ns"} 9.6468992e+07
 # HELP kubevirt_vmi_phase_count Sum of VMIs per phase and node. ` + "`phase` can be one of the following: [`Pending`, `Scheduling`, `Scheduled`, `Running`, `Succeeded`, `Failed`, `Unknown`]." + `
 # TYPE kubevirt_vmi_phase_count gauge
 kubevirt_vmi_phase_count{` + none + `,node="node-1",os="<none>",phase="Running",preference="<none>",workload="<none>"} 1
@@ -237,7 +244,7 @@ kubevirt_vmi_vnic_info{binding_name="masquerade",binding_type="core",model="virt
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubevirt_configuration_emulation_enabled",
 		"kubevirt_vm_running_status_last_transition_timestamp_seconds", "kubevirt_vm_error_status_last_transition_timestamp_seconds",
-		"kubevirt_vmi_info", "kubevirt_vmi_phase_count", "kubevirt_vmi_status_addresses", "kubevirt_vmi_vnic_info"); err != nil {
+		"kubevirt_vmi_info", "kubevirt_vmi_launcher_memory_overhead_bytes", "kubevirt_vmi_phase_count", "kubevirt_vmi_status_addresses", "kubevirt_vmi_vnic_info"); err != nil {
 		t.Error(err)
 	}
 	if n, err := testutil.GatherAndCount(reg, "kubevirt_vm_info"); err != nil || n != 1 {

@@ -10,6 +10,7 @@ import (
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/control/controller/launcherpod"
 	"github.com/qvirt/qvirt/control/webhooks"
 )
 
@@ -25,6 +26,8 @@ var (
 		[]string{"node", "namespace", "name", "network_name", "address", "type"}, nil)
 	vmiVNIC = prometheus.NewDesc("kubevirt_vmi_vnic_info", "Details of Virtual Machine Instance (VMI) vNIC interfaces.",
 		[]string{"name", "namespace", "vnic_name", "binding_type", "network", "binding_name", "model"}, nil)
+	launcherOverhead = prometheus.NewDesc("kubevirt_vmi_launcher_memory_overhead_bytes",
+		"Estimation of the memory amount required for virt-launcher's infrastructure components (e.g. libvirt, QEMU).", []string{"namespace", "name"}, nil)
 	emulation = prometheus.NewDesc("kubevirt_configuration_emulation_enabled", "Indicates whether the Software Emulation is enabled in the configuration.", nil, nil)
 	vmInfo    = prometheus.NewDesc("kubevirt_vm_info", "Information about Virtual Machines.", append([]string{"name", "namespace"}, append(osLabels, "status", "status_group")...), nil)
 	// vmGroupTransition is, per status group, the family of the last transition into it.
@@ -58,7 +61,7 @@ type ObjectCollector struct{ leaderCache }
 
 // Describe sends every family.
 func (c *ObjectCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{vmiInfo, vmiPhases, vmiAddresses, vmiVNIC, emulation, vmInfo} {
+	for _, d := range []*prometheus.Desc{vmiInfo, vmiPhases, vmiAddresses, vmiVNIC, launcherOverhead, emulation, vmInfo} {
 		ch <- d
 	}
 	for _, d := range vmGroupTransition {
@@ -105,8 +108,15 @@ func (c *ObjectCollector) Collect(ch chan<- prometheus.Metric) {
 		phases[key]++
 		verdict, _ := webhooks.EvictionDecision(v, cfg.EvictionStrategy)
 		info := append([]string{v.Status.NodeName, v.Namespace, v.Name, string(v.Status.Phase)}, os...)
-		info = append(info, boolWord(verdict != webhooks.EvictionRefused), "false", launcherPod(pods, v))
+		pod, podName := pods[string(v.UID)][v.Status.NodeName], "<none>"
+		if pod != nil {
+			podName = pod.Name
+		}
+		info = append(info, boolWord(verdict != webhooks.EvictionRefused), "false", podName)
 		ch <- prometheus.MustNewConstMetric(vmiInfo, prometheus.GaugeValue, 1, info...)
+		if overhead, ok := memoryOverhead(v, pod); ok {
+			ch <- prometheus.MustNewConstMetric(launcherOverhead, prometheus.GaugeValue, overhead, v.Namespace, v.Name)
+		}
 		for _, ifc := range v.Status.Interfaces {
 			for _, ip := range ifc.IPs {
 				ch <- prometheus.MustNewConstMetric(vmiAddresses, prometheus.GaugeValue, 1, v.Status.NodeName, v.Namespace, v.Name, ifc.Name, ip, "InternalIP")
@@ -232,28 +242,40 @@ func networkOf(networks []virtv1.Network, name string) string {
 	return "<none>"
 }
 
-// launcherPods names each VMI's launcher pod on the VMI's node, by VMI uid.
-func launcherPods(ctx context.Context, reader client.Reader) (map[string]map[string]string, error) {
+// launcherPods are the launcher pods by VMI uid and node.
+func launcherPods(ctx context.Context, reader client.Reader) (map[string]map[string]*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := reader.List(ctx, &pods, client.MatchingLabels{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue}); err != nil {
 		return nil, err
 	}
-	byVMI := map[string]map[string]string{}
-	for _, p := range pods.Items {
+	byVMI := map[string]map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
 		uid := p.Labels[virtv1.CreatedByLabel]
 		if byVMI[uid] == nil {
-			byVMI[uid] = map[string]string{}
+			byVMI[uid] = map[string]*corev1.Pod{}
 		}
-		byVMI[uid][p.Spec.NodeName] = p.Name
+		byVMI[uid][p.Spec.NodeName] = p
 	}
 	return byVMI, nil
 }
 
-func launcherPod(pods map[string]map[string]string, v *virtv1.VirtualMachineInstance) string {
-	if name := pods[string(v.UID)][v.Status.NodeName]; name != "" {
-		return name
+// memoryOverhead is what the VMI's launcher pod requests beyond the guest's memory: the
+// launcher's, QEMU's and the page tables' share that the pod is sized with.
+func memoryOverhead(v *virtv1.VirtualMachineInstance, pod *corev1.Pod) (float64, bool) {
+	q, err := launcherpod.GuestMemory(v)
+	if err != nil || pod == nil {
+		return 0, false
 	}
-	return "<none>"
+	guest := q.Value()
+	var requested int64
+	for _, c := range pod.Spec.Containers {
+		requested += c.Resources.Requests.Memory().Value()
+	}
+	if requested <= guest {
+		return 0, false
+	}
+	return float64(requested - guest), true
 }
 
 func boolWord(b bool) string {
