@@ -70,14 +70,37 @@ func BenchmarkLauncherRSS(b *testing.B) {
 	if err := con.WaitFor(ctx, testenv.MarkerBooted); err != nil {
 		b.Fatal(err)
 	}
-	// Exercise the API a little so the measurement includes a used gRPC server and QMP client.
-	for i := 0; i < 50; i++ {
+	// Exercise the API a little so the measurement includes a used gRPC server and QMP client,
+	// and measure what one statistics snapshot (the node agent takes one per VM every 10 s)
+	// costs: its latency, and the CPU time the launcher and QEMU spend on it (utime+stime
+	// from /proc, both processes; the idle guest's own CPU time is in it too).
+	const calls = 50
+	cpu0 := cpuTime(b, cmd.Process.Pid) + cpuTime(b, int(st.QemuPid))
+	t0 := time.Now()
+	for i := 0; i < calls; i++ {
 		if _, err := client.Stats(ctx, &launcherapi.Empty{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	elapsed := time.Since(t0)
+	cpu := cpuTime(b, cmd.Process.Pid) + cpuTime(b, int(st.QemuPid)) - cpu0
+	b.ReportMetric(float64(elapsed.Microseconds())/calls/1000, "stats-call-ms")
+	b.ReportMetric(float64(cpu.Microseconds())/calls/1000, "stats-cpu-ms")
 	b.ReportMetric(float64(vmRSS(b, cmd.Process.Pid))/(1<<20), "launcher-rss-MiB")
 	b.ReportMetric(float64(vmRSS(b, int(st.QemuPid)))/(1<<20), "qemu-rss-MiB")
+}
+
+// cpuTime is a process's user and system CPU time so far (/proc/PID/stat, clock ticks of 10 ms).
+func cpuTime(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 func vmRSS(b *testing.B, pid int) uint64 {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,10 +37,34 @@ type Source interface {
 type Collector struct {
 	node string
 	src  Source
+	// descs caches each family's description by its label names: building one checks every
+	// name, which would otherwise dominate a scrape.
+	mu    sync.Mutex
+	descs map[string]*prometheus.Desc
 }
 
 // NewCollector reports the VMs of src as running on node.
-func NewCollector(node string, src Source) *Collector { return &Collector{node: node, src: src} }
+func NewCollector(node string, src Source) *Collector {
+	return &Collector{node: node, src: src, descs: map[string]*prometheus.Desc{}}
+}
+
+const maxDescs = 4096
+
+// desc returns the description of family f with the given label names.
+func (c *Collector) desc(f family, labelNames []string) *prometheus.Desc {
+	key := f.name + "\x00" + strings.Join(labelNames, "\x00")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.descs[key]
+	if !ok {
+		if len(c.descs) >= maxDescs { // VMs with ever new label names: start over
+			clear(c.descs)
+		}
+		d = prometheus.NewDesc(ns+f.name, f.help, labelNames, nil)
+		c.descs[key] = d
+	}
+	return d
+}
 
 const ns = "kubevirt_vmi_"
 
@@ -110,7 +136,7 @@ func (c *Collector) collectVM(ch chan<- prometheus.Metric, vm VM) {
 	labelNames, labelValues := vmLabels(c.node, vm)
 	emit := func(key string, v float64, extra ...string) {
 		f := families[key]
-		desc := prometheus.NewDesc(ns+f.name, f.help, append(append([]string{}, labelNames...), f.extra...), nil)
+		desc := c.desc(f, append(append([]string{}, labelNames...), f.extra...))
 		ch <- prometheus.MustNewConstMetric(desc, f.typ, v, append(append([]string{}, labelValues...), extra...)...)
 	}
 	s := vm.Stats
