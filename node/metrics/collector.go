@@ -83,6 +83,7 @@ var families = map[string]family{
 	"mem_resident":    {"memory_resident_bytes", "Resident set size of the process running the domain.", prometheus.GaugeValue, nil},
 	"mem_available":   {"memory_available_bytes", "Amount of usable memory as seen by the domain.", prometheus.GaugeValue, nil},
 	"mem_unused":      {"memory_unused_bytes", "The amount of memory left completely unused by the system.", prometheus.GaugeValue, nil},
+	"mem_used":        {"memory_used_bytes", "Amount of `used` memory as seen by the domain.", prometheus.GaugeValue, nil},
 	"mem_usable":      {"memory_usable_bytes", "The amount of memory which can be reclaimed by balloon without pushing the guest system to swap.", prometheus.GaugeValue, nil},
 	"mem_balloon":     {"memory_actual_balloon_bytes", "Current balloon size in bytes.", prometheus.GaugeValue, nil},
 	"mem_domain":      {"memory_domain_bytes", "The amount of memory allocated to the domain.", prometheus.GaugeValue, nil},
@@ -160,6 +161,7 @@ func (c *Collector) collectVM(ch chan<- prometheus.Metric, vm VM) {
 			emit("mem_available", float64(m.AvailableBytes))
 			emit("mem_unused", float64(m.UnusedBytes))
 			emit("mem_usable", float64(m.UsableBytes))
+			emit("mem_used", float64(m.AvailableBytes-min(m.UnusedBytes, m.AvailableBytes)))
 			emit("mem_majflt", float64(m.MajorFaults))
 			emit("mem_minflt", float64(m.MinorFaults))
 			emit("mem_swap_in", float64(m.SwapInBytes))
