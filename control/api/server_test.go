@@ -94,6 +94,8 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 			"alice update virtualmachines/restart": true, "alice update virtualmachines/migrate": true,
 			"alice update virtualmachineinstances/pause": true, "alice update virtualmachineinstances/unpause": true,
 			"alice get virtualmachineinstances/console": true, "alice get virtualmachineinstances/vnc/screenshot": true,
+			"alice get virtualmachineinstances/guestosinfo": true, "alice get virtualmachineinstances/userlist": true,
+			"alice get virtualmachineinstances/filesystemlist": true,
 		},
 		Nodes:      staticNodes(node.Endpoint),
 		NodeClient: node.Client,
@@ -307,5 +309,35 @@ func TestPauseAndConsoleReachTheNode(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(open); n != 0 {
 		t.Errorf("kubevirt_console_active_connections after the console closed: %v", n)
+	}
+}
+
+// TestGuestAgentSubresources: guestosinfo, userlist and filesystemlist answer 409 while no
+// guest agent is connected, then from what the node agent reports, in KubeVirt's shapes.
+func TestGuestAgentSubresources(t *testing.T) {
+	e := newEnv(t, vmi("running", v1.Running))
+	for _, sub := range []string{"guestosinfo", "userlist", "filesystemlist"} {
+		if code, body := e.do(t, "GET", ns+"/virtualmachineinstances/running/"+sub, "alice", ""); code != 409 || !strings.Contains(body, "VMI does not have guest agent connected") {
+			t.Errorf("%s without an agent: %d %s", sub, code, body)
+		}
+	}
+	e.fake.Agent = &v1.VirtualMachineInstanceGuestAgentInfo{GAVersion: "7.2", Hostname: "web",
+		OS:       v1.VirtualMachineInstanceGuestOSInfo{ID: "qvirt-tiny", VersionID: "1"},
+		UserList: []v1.VirtualMachineInstanceGuestOSUser{{UserName: "root", LoginTime: 1700000000}},
+		FSInfo:   v1.VirtualMachineInstanceFileSystemInfo{Filesystems: []v1.VirtualMachineInstanceFileSystem{{DiskName: "vda", MountPoint: "/", FileSystemType: "ext4", TotalBytes: 1 << 20}}}}
+	code, body := e.do(t, "GET", ns+"/virtualmachineinstances/running/guestosinfo", "alice", "")
+	var info v1.VirtualMachineInstanceGuestAgentInfo
+	if code != 200 || json.Unmarshal([]byte(body), &info) != nil || info.GAVersion != "7.2" || info.OS.ID != "qvirt-tiny" || info.Hostname != "web" {
+		t.Errorf("guestosinfo: %d %s", code, body)
+	}
+	code, body = e.do(t, "GET", ns+"/virtualmachineinstances/running/userlist", "alice", "")
+	var users v1.VirtualMachineInstanceGuestOSUserList
+	if code != 200 || json.Unmarshal([]byte(body), &users) != nil || len(users.Items) != 1 || users.Items[0].UserName != "root" {
+		t.Errorf("userlist: %d %s", code, body)
+	}
+	code, body = e.do(t, "GET", ns+"/virtualmachineinstances/running/filesystemlist", "alice", "")
+	var fss v1.VirtualMachineInstanceFileSystemList
+	if code != 200 || json.Unmarshal([]byte(body), &fss) != nil || len(fss.Items) != 1 || fss.Items[0].MountPoint != "/" || !strings.Contains(body, `"fileSystemType":"ext4"`) {
+		t.Errorf("filesystemlist: %d %s", code, body)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gorilla/websocket"
 	corev1 "k8s.io/api/core/v1"
@@ -103,13 +104,32 @@ func (s *Server) screenshot(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(png)
 }
 
-// guestAgent answers the guest-agent queries: qvirt guests have no agent channel yet.
+// guestAgent answers guestosinfo, userlist and filesystemlist from what the VM's guest agent
+// last reported to its node agent (409 while no agent answers, as KubeVirt).
 func (s *Server) guestAgent(w http.ResponseWriter, r *http.Request) {
-	if _, _, err := s.runningVMI(r.Context(), r.PathValue("namespace"), r.PathValue("name")); err != nil {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	_, ep, err := s.runningVMI(r.Context(), ns, name)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeError(w, conflict("VMI does not have guest agent connected"))
+	info, err := s.opts.NodeClient.GuestAgent(r.Context(), ep, nodeapi.VMI{Namespace: ns, Name: name})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	switch r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:] {
+	case "userlist":
+		list := v1.VirtualMachineInstanceGuestOSUserList{Items: info.UserList}
+		if list.Items == nil {
+			list.Items = []v1.VirtualMachineInstanceGuestOSUser{}
+		}
+		writeJSON(w, http.StatusOK, list)
+	case "filesystemlist":
+		writeJSON(w, http.StatusOK, v1.VirtualMachineInstanceFileSystemList{Items: info.FSInfo.Filesystems})
+	default:
+		writeJSON(w, http.StatusOK, info)
+	}
 }
 
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {

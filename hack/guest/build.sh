@@ -74,7 +74,7 @@ resolve_all() {
 		pkgs+=("$p")
 	done
 }
-fetch() { (cd "$dl" && apt-get download -q "${pkgs[@]}" busybox-static >/dev/null 2>"$work/apt.err"); }
+fetch() { (cd "$dl" && apt-get download -q "${pkgs[@]}" busybox-static qemu-guest-agent >/dev/null 2>"$work/apt.err"); }
 updated=
 apt_update() {
 	[ -z "$updated" ] || return 1
@@ -87,7 +87,7 @@ if ! resolve_all; then
 	apt_update
 	resolve_all || die "cannot resolve the kernel packages behind: ${kernels[*]#*:}"
 fi
-log "downloading ${pkgs[*]} busybox-static"
+log "downloading ${pkgs[*]} busybox-static qemu-guest-agent"
 if ! fetch; then
 	# Stale package lists name files that the archive no longer has.
 	apt_update || { cat "$work/apt.err" >&2; die "apt-get download failed"; }
@@ -171,6 +171,33 @@ done >"$root/etc/modules"
 cp "$bb" "$root/bin/busybox"
 ln -s busybox "$root/bin/sh"
 install -m 0755 "$here/init" "$root/init"
+
+# ---- guest agent -------------------------------------------------------------------
+# qemu-ga from Debian's qemu-guest-agent, with the shared libraries it links: the host's,
+# of the same Debian release (the QEMU packages installed them), at the paths ldd names.
+garoot=$work/qga
+dpkg-deb -x "$(deb qemu-guest-agent)" "$garoot"
+qga=$garoot/usr/sbin/qemu-ga
+[ -x "$qga" ] || die "no usr/sbin/qemu-ga in qemu-guest-agent"
+install -D -m 0755 "$qga" "$root/usr/sbin/qemu-ga"
+libs=$(ldd "$qga" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+if ldd "$qga" | grep -q "not found"; then
+	ldd "$qga" >&2
+	die "qemu-ga needs libraries this host does not have (run 'make apt')"
+fi
+for l in $libs; do
+	install -D -m 0755 "$(readlink -f "$l")" "$root$l"
+done
+chroot "$root" /usr/sbin/qemu-ga --version >/dev/null || die "qemu-ga does not run from the initramfs"
+info+=("qemu-guest-agent: $(dpkg-deb -f "$(deb qemu-guest-agent)" Version)")
+# What the agent reports as the guest's OS (guest-get-osinfo reads it).
+cat >"$root/etc/os-release" <<'EOF'
+NAME="qvirt tiny guest"
+ID=qvirt-tiny
+VERSION_ID=1
+VERSION="1 (busybox)"
+PRETTY_NAME="qvirt tiny guest 1"
+EOF
 
 log "packing initrd.img"
 # /dev/console must exist before /init runs (the kernel opens it for init's stdio). A

@@ -1156,6 +1156,8 @@ type Devices struct {
 	Vnc           bool                   `protobuf:"varint,2,opt,name=vnc,proto3" json:"vnc,omitempty"`
 	MemBalloon    bool                   `protobuf:"varint,3,opt,name=mem_balloon,json=memBalloon,proto3" json:"mem_balloon,omitempty"`
 	Rng           bool                   `protobuf:"varint,4,opt,name=rng,proto3" json:"rng,omitempty"`
+	// A virtio-serial channel org.qemu.guest_agent.0 for the guest's qemu-ga.
+	GuestAgent    bool `protobuf:"varint,5,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1214,6 +1216,13 @@ func (x *Devices) GetMemBalloon() bool {
 func (x *Devices) GetRng() bool {
 	if x != nil {
 		return x.Rng
+	}
+	return false
+}
+
+func (x *Devices) GetGuestAgent() bool {
+	if x != nil {
+		return x.GuestAgent
 	}
 	return false
 }
@@ -1352,7 +1361,9 @@ type StatusResponse struct {
 	QmpStatus       string `protobuf:"bytes,5,opt,name=qmp_status,json=qmpStatus,proto3" json:"qmp_status,omitempty"`
 	StartedUnixNano int64  `protobuf:"varint,6,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
 	// The VM's migration, outgoing or incoming; absent before any.
-	Migration     *MigrationStatus `protobuf:"bytes,7,opt,name=migration,proto3" json:"migration,omitempty"`
+	Migration *MigrationStatus `protobuf:"bytes,7,opt,name=migration,proto3" json:"migration,omitempty"`
+	// What the guest agent last reported; absent without a guest agent channel.
+	GuestAgent    *GuestAgentInfo `protobuf:"bytes,8,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1436,6 +1447,411 @@ func (x *StatusResponse) GetMigration() *MigrationStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetGuestAgent() *GuestAgentInfo {
+	if x != nil {
+		return x.GuestAgent
+	}
+	return nil
+}
+
+// GuestAgentInfo is the guest's qemu-ga: whether it answers, and what it says.
+type GuestAgentInfo struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Connected         bool                   `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
+	Version           string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Os                *GuestOSInfo           `protobuf:"bytes,3,opt,name=os,proto3" json:"os,omitempty"`
+	Hostname          string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Interfaces        []*GuestInterface      `protobuf:"bytes,5,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	Users             []*GuestUser           `protobuf:"bytes,6,rep,name=users,proto3" json:"users,omitempty"`
+	Filesystems       []*GuestFilesystem     `protobuf:"bytes,7,rep,name=filesystems,proto3" json:"filesystems,omitempty"`
+	SupportedCommands []string               `protobuf:"bytes,8,rep,name=supported_commands,json=supportedCommands,proto3" json:"supported_commands,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *GuestAgentInfo) Reset() {
+	*x = GuestAgentInfo{}
+	mi := &file_launcher_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestAgentInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestAgentInfo) ProtoMessage() {}
+
+func (x *GuestAgentInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestAgentInfo.ProtoReflect.Descriptor instead.
+func (*GuestAgentInfo) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GuestAgentInfo) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *GuestAgentInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GuestAgentInfo) GetOs() *GuestOSInfo {
+	if x != nil {
+		return x.Os
+	}
+	return nil
+}
+
+func (x *GuestAgentInfo) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *GuestAgentInfo) GetInterfaces() []*GuestInterface {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+func (x *GuestAgentInfo) GetUsers() []*GuestUser {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *GuestAgentInfo) GetFilesystems() []*GuestFilesystem {
+	if x != nil {
+		return x.Filesystems
+	}
+	return nil
+}
+
+func (x *GuestAgentInfo) GetSupportedCommands() []string {
+	if x != nil {
+		return x.SupportedCommands
+	}
+	return nil
+}
+
+type GuestOSInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	PrettyName    string                 `protobuf:"bytes,3,opt,name=pretty_name,json=prettyName,proto3" json:"pretty_name,omitempty"`
+	Version       string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	VersionId     string                 `protobuf:"bytes,5,opt,name=version_id,json=versionId,proto3" json:"version_id,omitempty"`
+	KernelRelease string                 `protobuf:"bytes,6,opt,name=kernel_release,json=kernelRelease,proto3" json:"kernel_release,omitempty"`
+	KernelVersion string                 `protobuf:"bytes,7,opt,name=kernel_version,json=kernelVersion,proto3" json:"kernel_version,omitempty"`
+	Machine       string                 `protobuf:"bytes,8,opt,name=machine,proto3" json:"machine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestOSInfo) Reset() {
+	*x = GuestOSInfo{}
+	mi := &file_launcher_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestOSInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestOSInfo) ProtoMessage() {}
+
+func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestOSInfo.ProtoReflect.Descriptor instead.
+func (*GuestOSInfo) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GuestOSInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetPrettyName() string {
+	if x != nil {
+		return x.PrettyName
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetVersionId() string {
+	if x != nil {
+		return x.VersionId
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetKernelRelease() string {
+	if x != nil {
+		return x.KernelRelease
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetKernelVersion() string {
+	if x != nil {
+		return x.KernelVersion
+	}
+	return ""
+}
+
+func (x *GuestOSInfo) GetMachine() string {
+	if x != nil {
+		return x.Machine
+	}
+	return ""
+}
+
+type GuestInterface struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mac   string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	// CIDR-less addresses, IPv4 first.
+	Ips           []string `protobuf:"bytes,3,rep,name=ips,proto3" json:"ips,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestInterface) Reset() {
+	*x = GuestInterface{}
+	mi := &file_launcher_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestInterface) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestInterface) ProtoMessage() {}
+
+func (x *GuestInterface) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
+func (*GuestInterface) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GuestInterface) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GuestInterface) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *GuestInterface) GetIps() []string {
+	if x != nil {
+		return x.Ips
+	}
+	return nil
+}
+
+type GuestUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Domain        string                 `protobuf:"bytes,2,opt,name=domain,proto3" json:"domain,omitempty"`
+	LoginTime     float64                `protobuf:"fixed64,3,opt,name=login_time,json=loginTime,proto3" json:"login_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestUser) Reset() {
+	*x = GuestUser{}
+	mi := &file_launcher_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestUser) ProtoMessage() {}
+
+func (x *GuestUser) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
+func (*GuestUser) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GuestUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GuestUser) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *GuestUser) GetLoginTime() float64 {
+	if x != nil {
+		return x.LoginTime
+	}
+	return 0
+}
+
+type GuestFilesystem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DiskName      string                 `protobuf:"bytes,1,opt,name=disk_name,json=diskName,proto3" json:"disk_name,omitempty"`
+	MountPoint    string                 `protobuf:"bytes,2,opt,name=mount_point,json=mountPoint,proto3" json:"mount_point,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,4,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,5,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GuestFilesystem) Reset() {
+	*x = GuestFilesystem{}
+	mi := &file_launcher_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GuestFilesystem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GuestFilesystem) ProtoMessage() {}
+
+func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
+func (*GuestFilesystem) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GuestFilesystem) GetDiskName() string {
+	if x != nil {
+		return x.DiskName
+	}
+	return ""
+}
+
+func (x *GuestFilesystem) GetMountPoint() string {
+	if x != nil {
+		return x.MountPoint
+	}
+	return ""
+}
+
+func (x *GuestFilesystem) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *GuestFilesystem) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *GuestFilesystem) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 type MigrationStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// QEMU's migration state: setup, active, postcopy-active, completed, failed, cancelled...
@@ -1470,7 +1886,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1898,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1911,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MigrationStatus) GetState() string {
@@ -1639,7 +2055,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +2067,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +2080,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MigrateRequest) GetSocketPath() string {
@@ -1737,7 +2153,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2165,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2178,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -1818,7 +2234,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2246,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2259,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatsResponse) GetUnixNano() int64 {
@@ -1904,7 +2320,7 @@ type DirtyRate struct {
 
 func (x *DirtyRate) Reset() {
 	*x = DirtyRate{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2332,7 @@ func (x *DirtyRate) String() string {
 func (*DirtyRate) ProtoMessage() {}
 
 func (x *DirtyRate) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2345,7 @@ func (x *DirtyRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirtyRate.ProtoReflect.Descriptor instead.
 func (*DirtyRate) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DirtyRate) GetBytesPerSecond() uint64 {
@@ -1949,7 +2365,7 @@ type CPUStats struct {
 
 func (x *CPUStats) Reset() {
 	*x = CPUStats{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2377,7 @@ func (x *CPUStats) String() string {
 func (*CPUStats) ProtoMessage() {}
 
 func (x *CPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2390,7 @@ func (x *CPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUStats.ProtoReflect.Descriptor instead.
 func (*CPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CPUStats) GetUserNs() uint64 {
@@ -2004,7 +2420,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2432,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2445,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *VCPUStats) GetId() uint32 {
@@ -2088,7 +2504,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2516,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2529,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -2210,7 +2626,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2638,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2651,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BlockStats) GetDrive() string {
@@ -2310,7 +2726,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2738,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2751,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{24}
+	return file_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -2421,18 +2837,20 @@ const file_launcher_proto_rawDesc = "" +
 	"macAddress\x12\x1e\n" +
 	"\vtap_fd_name\x18\x04 \x01(\tR\ttapFdName\x12\x1d\n" +
 	"\n" +
-	"boot_order\x18\x05 \x01(\rR\tbootOrder\"u\n" +
+	"boot_order\x18\x05 \x01(\rR\tbootOrder\"\x96\x01\n" +
 	"\aDevices\x12%\n" +
 	"\x0eserial_console\x18\x01 \x01(\bR\rserialConsole\x12\x10\n" +
 	"\x03vnc\x18\x02 \x01(\bR\x03vnc\x12\x1f\n" +
 	"\vmem_balloon\x18\x03 \x01(\bR\n" +
 	"memBalloon\x12\x10\n" +
-	"\x03rng\x18\x04 \x01(\bR\x03rng\"\a\n" +
+	"\x03rng\x18\x04 \x01(\bR\x03rng\x12\x1f\n" +
+	"\vguest_agent\x18\x05 \x01(\bR\n" +
+	"guestAgent\"\a\n" +
 	"\x05Empty\"<\n" +
 	"\vSyncRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.qvirt.launcher.v1.VMSpecR\x04spec\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xc2\x02\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\x86\x03\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.qvirt.launcher.v1.StateR\x05state\x12>\n" +
 	"\vexit_reason\x18\x02 \x01(\x0e2\x1d.qvirt.launcher.v1.ExitReasonR\n" +
@@ -2442,7 +2860,49 @@ const file_launcher_proto_rawDesc = "" +
 	"\n" +
 	"qmp_status\x18\x05 \x01(\tR\tqmpStatus\x12*\n" +
 	"\x11started_unix_nano\x18\x06 \x01(\x03R\x0fstartedUnixNano\x12@\n" +
-	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\"\xb4\x05\n" +
+	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\x12B\n" +
+	"\vguest_agent\x18\b \x01(\v2!.qvirt.launcher.v1.GuestAgentInfoR\n" +
+	"guestAgent\"\x80\x03\n" +
+	"\x0eGuestAgentInfo\x12\x1c\n" +
+	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
+	"\x02os\x18\x03 \x01(\v2\x1e.qvirt.launcher.v1.GuestOSInfoR\x02os\x12\x1a\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\x12A\n" +
+	"\n" +
+	"interfaces\x18\x05 \x03(\v2!.qvirt.launcher.v1.GuestInterfaceR\n" +
+	"interfaces\x122\n" +
+	"\x05users\x18\x06 \x03(\v2\x1c.qvirt.launcher.v1.GuestUserR\x05users\x12D\n" +
+	"\vfilesystems\x18\a \x03(\v2\".qvirt.launcher.v1.GuestFilesystemR\vfilesystems\x12-\n" +
+	"\x12supported_commands\x18\b \x03(\tR\x11supportedCommands\"\xf3\x01\n" +
+	"\vGuestOSInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1f\n" +
+	"\vpretty_name\x18\x03 \x01(\tR\n" +
+	"prettyName\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"version_id\x18\x05 \x01(\tR\tversionId\x12%\n" +
+	"\x0ekernel_release\x18\x06 \x01(\tR\rkernelRelease\x12%\n" +
+	"\x0ekernel_version\x18\a \x01(\tR\rkernelVersion\x12\x18\n" +
+	"\amachine\x18\b \x01(\tR\amachine\"H\n" +
+	"\x0eGuestInterface\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x10\n" +
+	"\x03ips\x18\x03 \x03(\tR\x03ips\"V\n" +
+	"\tGuestUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06domain\x18\x02 \x01(\tR\x06domain\x12\x1d\n" +
+	"\n" +
+	"login_time\x18\x03 \x01(\x01R\tloginTime\"\xa3\x01\n" +
+	"\x0fGuestFilesystem\x12\x1b\n" +
+	"\tdisk_name\x18\x01 \x01(\tR\bdiskName\x12\x1f\n" +
+	"\vmount_point\x18\x02 \x01(\tR\n" +
+	"mountPoint\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x04 \x01(\x04R\tusedBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x05 \x01(\x04R\n" +
+	"totalBytes\"\xb4\x05\n" +
 	"\x0fMigrationStatus\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
 	"\boutgoing\x18\x02 \x01(\bR\boutgoing\x12&\n" +
@@ -2598,7 +3058,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_launcher_proto_goTypes = []any{
 	(Accel)(0),                     // 0: qvirt.launcher.v1.Accel
 	(Bus)(0),                       // 1: qvirt.launcher.v1.Bus
@@ -2621,16 +3081,21 @@ var file_launcher_proto_goTypes = []any{
 	(*SyncRequest)(nil),            // 18: qvirt.launcher.v1.SyncRequest
 	(*ShutdownRequest)(nil),        // 19: qvirt.launcher.v1.ShutdownRequest
 	(*StatusResponse)(nil),         // 20: qvirt.launcher.v1.StatusResponse
-	(*MigrationStatus)(nil),        // 21: qvirt.launcher.v1.MigrationStatus
-	(*MigrateRequest)(nil),         // 22: qvirt.launcher.v1.MigrateRequest
-	(*Event)(nil),                  // 23: qvirt.launcher.v1.Event
-	(*StatsResponse)(nil),          // 24: qvirt.launcher.v1.StatsResponse
-	(*DirtyRate)(nil),              // 25: qvirt.launcher.v1.DirtyRate
-	(*CPUStats)(nil),               // 26: qvirt.launcher.v1.CPUStats
-	(*VCPUStats)(nil),              // 27: qvirt.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),            // 28: qvirt.launcher.v1.MemoryStats
-	(*BlockStats)(nil),             // 29: qvirt.launcher.v1.BlockStats
-	(*ScreenshotResponse)(nil),     // 30: qvirt.launcher.v1.ScreenshotResponse
+	(*GuestAgentInfo)(nil),         // 21: qvirt.launcher.v1.GuestAgentInfo
+	(*GuestOSInfo)(nil),            // 22: qvirt.launcher.v1.GuestOSInfo
+	(*GuestInterface)(nil),         // 23: qvirt.launcher.v1.GuestInterface
+	(*GuestUser)(nil),              // 24: qvirt.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),        // 25: qvirt.launcher.v1.GuestFilesystem
+	(*MigrationStatus)(nil),        // 26: qvirt.launcher.v1.MigrationStatus
+	(*MigrateRequest)(nil),         // 27: qvirt.launcher.v1.MigrateRequest
+	(*Event)(nil),                  // 28: qvirt.launcher.v1.Event
+	(*StatsResponse)(nil),          // 29: qvirt.launcher.v1.StatsResponse
+	(*DirtyRate)(nil),              // 30: qvirt.launcher.v1.DirtyRate
+	(*CPUStats)(nil),               // 31: qvirt.launcher.v1.CPUStats
+	(*VCPUStats)(nil),              // 32: qvirt.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),            // 33: qvirt.launcher.v1.MemoryStats
+	(*BlockStats)(nil),             // 34: qvirt.launcher.v1.BlockStats
+	(*ScreenshotResponse)(nil),     // 35: qvirt.launcher.v1.ScreenshotResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	0,  // 0: qvirt.launcher.v1.VMSpec.accel:type_name -> qvirt.launcher.v1.Accel
@@ -2651,48 +3116,53 @@ var file_launcher_proto_depIdxs = []int32{
 	6,  // 15: qvirt.launcher.v1.SyncRequest.spec:type_name -> qvirt.launcher.v1.VMSpec
 	4,  // 16: qvirt.launcher.v1.StatusResponse.state:type_name -> qvirt.launcher.v1.State
 	5,  // 17: qvirt.launcher.v1.StatusResponse.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	21, // 18: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	4,  // 19: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
-	5,  // 20: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	26, // 21: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
-	27, // 22: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
-	28, // 23: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
-	29, // 24: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
-	21, // 25: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	25, // 26: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
-	18, // 27: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
-	17, // 28: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
-	17, // 29: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
-	19, // 30: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
-	17, // 31: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
-	17, // 32: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	17, // 33: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
-	17, // 34: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	17, // 35: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 36: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	17, // 37: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	18, // 38: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
-	22, // 39: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
-	17, // 40: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
-	20, // 41: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 42: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 43: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 44: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 45: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 46: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 47: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 48: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 49: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	30, // 50: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	23, // 51: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	20, // 52: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 53: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 54: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
-	41, // [41:55] is the sub-list for method output_type
-	27, // [27:41] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	26, // 18: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	21, // 19: qvirt.launcher.v1.StatusResponse.guest_agent:type_name -> qvirt.launcher.v1.GuestAgentInfo
+	22, // 20: qvirt.launcher.v1.GuestAgentInfo.os:type_name -> qvirt.launcher.v1.GuestOSInfo
+	23, // 21: qvirt.launcher.v1.GuestAgentInfo.interfaces:type_name -> qvirt.launcher.v1.GuestInterface
+	24, // 22: qvirt.launcher.v1.GuestAgentInfo.users:type_name -> qvirt.launcher.v1.GuestUser
+	25, // 23: qvirt.launcher.v1.GuestAgentInfo.filesystems:type_name -> qvirt.launcher.v1.GuestFilesystem
+	4,  // 24: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
+	5,  // 25: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
+	31, // 26: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
+	32, // 27: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
+	33, // 28: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
+	34, // 29: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
+	26, // 30: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	30, // 31: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
+	18, // 32: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
+	17, // 33: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
+	17, // 34: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
+	19, // 35: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
+	17, // 36: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
+	17, // 37: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
+	17, // 38: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	17, // 39: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	17, // 40: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	17, // 41: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	17, // 42: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	18, // 43: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
+	27, // 44: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
+	17, // 45: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
+	20, // 46: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 47: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 48: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 49: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 50: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 51: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 52: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	29, // 53: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	20, // 54: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	35, // 55: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	28, // 56: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	20, // 57: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 58: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
+	20, // 59: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
+	46, // [46:60] is the sub-list for method output_type
+	32, // [32:46] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -2712,7 +3182,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

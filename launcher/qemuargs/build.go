@@ -176,6 +176,12 @@ func deviceArgs(dev *launcherapi.Devices, l Layout) []string {
 	if dev.GetRng() {
 		a = append(a, "-object", "rng-random,id=objrng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=objrng0,id=rng0")
 	}
+	if dev.GetGuestAgent() {
+		// The channel KubeVirt gives every VM; the guest's qemu-ga finds it by its name.
+		a = append(a, "-device", "virtio-serial-pci,id=virtio-serial0")
+		a = append(a, socketChardev{ID: "qga0", Path: l.GuestAgentSocket()}.args()...)
+		a = append(a, "-device", "virtserialport,bus=virtio-serial0.0,chardev=qga0,name=org.qemu.guest_agent.0,id=channel0")
+	}
 	return a
 }
 

@@ -35,7 +35,10 @@ func (l Layout) QMPSocket() string    { return filepath.Join(l.Dir, "qmp.sock") 
 func (l Layout) SerialSocket() string { return filepath.Join(l.Dir, "serial0.sock") }
 func (l Layout) SerialLog() string    { return filepath.Join(l.Dir, "serial0.log") }
 func (l Layout) VNCSocket() string    { return filepath.Join(l.Dir, "vnc.sock") }
-func (l Layout) DisksDir() string     { return filepath.Join(l.Dir, "disks") }
+
+// GuestAgentSocket is QEMU's end of the guest agent channel (org.qemu.guest_agent.0).
+func (l Layout) GuestAgentSocket() string { return filepath.Join(l.Dir, "qga.sock") }
+func (l Layout) DisksDir() string         { return filepath.Join(l.Dir, "disks") }
 
 // Names of the migration sockets in a VM directory. On a target the launcher's QEMU listens
 // on the first two; on a source the node agent listens on the Out ones and QEMU connects.

@@ -116,6 +116,9 @@ func (v *VM) start(ctx context.Context, spec *launcherapi.VMSpec, incoming bool)
 	v.mu.Lock()
 	v.status.StartedUnixNano = time.Now().UnixNano()
 	v.mu.Unlock()
+	if spec.GetDevices().GetGuestAgent() {
+		go v.followGuestAgent()
+	}
 	if incoming {
 		v.setState(launcherapi.State_STATE_MIGRATING_IN, "")
 		v.log.Info("VM waiting for its migration", "pid", v.Status().QemuPid, "socket", v.layout.MigrationSocket())

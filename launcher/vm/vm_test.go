@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,6 +72,7 @@ func TestBootConsoleVNCPauseStats(t *testing.T) {
 	testenv.RequireQEMU(t)
 	g := testenv.RequireGuest(t)
 	spec := guestSpec(g, "boot")
+	spec.Devices.GuestAgent = true
 	spec.Disks = []*launcherapi.Disk{{Name: "rootdisk", Bus: launcherapi.Bus_BUS_VIRTIO, Source: &launcherapi.Disk_ContainerDisk{
 		ContainerDisk: &launcherapi.ContainerDiskSource{BasePath: g.Disk, BaseFormat: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2}}}}
 	var taps map[string]*os.File
@@ -109,6 +111,30 @@ func TestBootConsoleVNCPauseStats(t *testing.T) {
 		if own, qemu := seccompFilters(t, "self"), seccompFilters(t, fmt.Sprint(pid)); qemu <= own {
 			t.Errorf("QEMU has %d seccomp filters, the test %d", qemu, own)
 		}
+	})
+	t.Run("the guest agent answers, and stops answering when it stops", func(t *testing.T) {
+		agent := func(want bool) *launcherapi.GuestAgentInfo {
+			t.Helper()
+			var ga *launcherapi.GuestAgentInfo
+			for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+				if ga = v.Status().GetGuestAgent(); ga.GetConnected() == want {
+					return ga
+				}
+			}
+			t.Fatalf("guest agent connected=%v never; last %v", want, ga)
+			return nil
+		}
+		ga := agent(true)
+		if ga.Version == "" || ga.Os.GetId() != "qvirt-tiny" || ga.Os.GetVersionId() != "1" || ga.Os.GetKernelRelease() == "" || ga.Hostname != "qvirt" {
+			t.Errorf("guest agent info: %v", ga)
+		}
+		if !slices.Contains(ga.SupportedCommands, "guest-ping") {
+			t.Errorf("supported commands: %v", ga.SupportedCommands)
+		}
+		run(t, con, "kill $(cat /run/qemu-ga.pid) && echo agent-$((2*4))", "agent-8")
+		agent(false)
+		run(t, con, "qemu-ga -m virtio-serial -p /dev/vport0p1 -d -f /run/qemu-ga.pid -t /run && echo agent-$((3*4))", "agent-12")
+		agent(true)
 	})
 	t.Run("vnc answers RFB", func(t *testing.T) {
 		conn, err := net.DialTimeout("unix", v.Layout().VNCSocket(), 5*time.Second)

@@ -52,6 +52,7 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		migratable, reason, msg := liveMigratable(vmi)
 		setCondition(vmi, v1.VirtualMachineInstanceIsMigratable, migratable, reason, msg)
 		vmi.Status.Interfaces = interfaces(vmi, nics)
+		applyGuestAgent(vmi, ls.GetGuestAgent())
 	case launcherapi.State_STATE_STOPPED:
 		setPhase(vmi, v1.Succeeded)
 		vmi.Status.Reason = ls.ExitReason.String()

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"testing"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -49,6 +50,53 @@ func TestSourceQuittingAfterAMigrationIsNoShutdown(t *testing.T) {
 }
 
 func condition(vmi *v1.VirtualMachineInstance, t v1.VirtualMachineInstanceConditionType) *v1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestGuestAgentStatus: a connected agent sets AgentConnected, the guest OS and the guest's
+// names of its NICs (a bridged NIC also its addresses, a masquerade one keeps the pod's); a
+// disconnected one removes the condition.
+func TestGuestAgentStatus(t *testing.T) {
+	vmi := &v1.VirtualMachineInstance{}
+	vmi.Spec.Domain.Devices.Interfaces = []v1.Interface{
+		{Name: "default", InterfaceBindingMethod: v1.InterfaceBindingMethod{Masquerade: &v1.InterfaceMasquerade{}}},
+		{Name: "br", InterfaceBindingMethod: v1.InterfaceBindingMethod{Bridge: &v1.InterfaceBridge{}}},
+	}
+	vmi.Status.Interfaces = []v1.VirtualMachineInstanceNetworkInterface{
+		{Name: "default", MAC: "02:00:00:00:00:01", IP: "10.244.1.5", IPs: []string{"10.244.1.5"}, InfoSource: "domain"},
+		{Name: "br", MAC: "02:00:00:00:00:02", InfoSource: "domain"},
+	}
+	ga := &launcherapi.GuestAgentInfo{Connected: true, Os: &launcherapi.GuestOSInfo{Id: "qvirt-tiny", VersionId: "1", KernelRelease: "6.1"},
+		Interfaces: []*launcherapi.GuestInterface{
+			{Name: "eth0", Mac: "02:00:00:00:00:01", Ips: []string{"10.0.2.2"}},
+			{Name: "eth1", Mac: "02:00:00:00:00:02", Ips: []string{"192.168.7.9", "fe80::1"}},
+		}}
+	applyGuestAgent(vmi, ga)
+	if c := conditionOf(vmi, v1.VirtualMachineInstanceAgentConnected); c == nil || c.Status != corev1.ConditionTrue {
+		t.Errorf("AgentConnected: %+v", c)
+	}
+	if vmi.Status.GuestOSInfo.ID != "qvirt-tiny" || vmi.Status.GuestOSInfo.KernelRelease != "6.1" {
+		t.Errorf("guestOSInfo: %+v", vmi.Status.GuestOSInfo)
+	}
+	masq, br := vmi.Status.Interfaces[0], vmi.Status.Interfaces[1]
+	if masq.InterfaceName != "eth0" || masq.IP != "10.244.1.5" || masq.InfoSource != "domain, guest-agent" {
+		t.Errorf("masquerade NIC: %+v", masq)
+	}
+	if br.InterfaceName != "eth1" || br.IP != "192.168.7.9" || len(br.IPs) != 2 || br.InfoSource != "domain, guest-agent" {
+		t.Errorf("bridged NIC: %+v", br)
+	}
+	applyGuestAgent(vmi, &launcherapi.GuestAgentInfo{})
+	if c := conditionOf(vmi, v1.VirtualMachineInstanceAgentConnected); c != nil {
+		t.Errorf("AgentConnected stays without the agent: %+v", c)
+	}
+}
+
+func conditionOf(vmi *v1.VirtualMachineInstance, t v1.VirtualMachineInstanceConditionType) *v1.VirtualMachineInstanceCondition {
 	for i := range vmi.Status.Conditions {
 		if vmi.Status.Conditions[i].Type == t {
 			return &vmi.Status.Conditions[i]

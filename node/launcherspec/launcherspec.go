@@ -80,6 +80,8 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 			Vnc:           notFalse(dom.Devices.AutoattachGraphicsDevice),
 			MemBalloon:    notFalse(dom.Devices.AutoattachMemBalloon),
 			Rng:           dom.Devices.Rng != nil,
+			// KubeVirt gives every VM the guest agent channel.
+			GuestAgent: true,
 		},
 	}
 	if env.UseEmulation {

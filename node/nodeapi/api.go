@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 
+	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/internal/wsstream"
 )
 
@@ -38,6 +39,8 @@ type Backend interface {
 	VNC(ctx context.Context, vmi VMI, preserveSession bool) (io.ReadWriteCloser, error)
 	PortForward(ctx context.Context, vmi VMI, port int, protocol string) (io.ReadWriteCloser, error)
 	Screenshot(ctx context.Context, vmi VMI) ([]byte, error)
+	// GuestAgent is what the VM's guest agent last reported; ErrConflict when none answers.
+	GuestAgent(ctx context.Context, vmi VMI) (*v1.VirtualMachineInstanceGuestAgentInfo, error)
 	Command(ctx context.Context, vmi VMI, cmd Command) error
 }
 

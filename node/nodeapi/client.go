@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	v1 "github.com/qvirt/qvirt/api/v1"
 )
 
 // Client calls node agents. Its TLS config is fetched per connection so rotated certificates
@@ -57,6 +60,19 @@ func (c *Client) Command(ctx context.Context, ep Endpoint, vmi VMI, cmd Command)
 // Screenshot returns a PNG of the VMI's display.
 func (c *Client) Screenshot(ctx context.Context, ep Endpoint, vmi VMI) ([]byte, error) {
 	return c.do(ctx, http.MethodGet, ep, vmiPath(vmi, "screenshot"))
+}
+
+// GuestAgent asks the node agent what the VM's guest agent last reported.
+func (c *Client) GuestAgent(ctx context.Context, ep Endpoint, vmi VMI) (*v1.VirtualMachineInstanceGuestAgentInfo, error) {
+	body, err := c.do(ctx, http.MethodGet, ep, vmiPath(vmi, "guestagent"))
+	if err != nil {
+		return nil, err
+	}
+	var info v1.VirtualMachineInstanceGuestAgentInfo
+	if err := json.Unmarshal(body, &info); err != nil {
+		return nil, fmt.Errorf("node agent's guest agent info: %w", err)
+	}
+	return &info, nil
 }
 
 func (c *Client) do(ctx context.Context, method string, ep Endpoint, path string) ([]byte, error) {

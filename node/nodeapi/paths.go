@@ -15,5 +15,6 @@ const (
 	routeConsole     = "GET /v1/namespaces/{namespace}/vmis/{name}/console"
 	routeVNC         = "GET /v1/namespaces/{namespace}/vmis/{name}/vnc"
 	routeScreenshot  = "GET /v1/namespaces/{namespace}/vmis/{name}/screenshot"
+	routeGuestAgent  = "GET /v1/namespaces/{namespace}/vmis/{name}/guestagent"
 	routePortForward = "GET /v1/namespaces/{namespace}/vmis/{name}/portforward/{port}/{protocol}"
 )

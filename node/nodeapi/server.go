@@ -92,6 +92,7 @@ func newHandler(b Backend, log logr.Logger, streamWriteTimeout time.Duration) ht
 		return b.PortForward(ctx, vmi, port, proto)
 	}))
 	mux.HandleFunc(routeScreenshot, s.screenshot)
+	mux.HandleFunc(routeGuestAgent, s.guestAgent)
 	return mux
 }
 
@@ -133,6 +134,16 @@ func (s *server) screenshot(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "image/png")
 	_, _ = w.Write(png)
+}
+
+func (s *server) guestAgent(w http.ResponseWriter, r *http.Request) {
+	info, err := s.b.GuestAgent(r.Context(), vmiOf(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(info)
 }
 
 // stream opens the backend side first, so a failure is an ordinary HTTP error the client can

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/internal/httplimit"
 	"github.com/qvirt/qvirt/internal/pki"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
@@ -32,6 +33,8 @@ type Fake struct {
 	vncOpen  map[nodeapi.VMI]io.Closer
 	// PNG is what Screenshot returns.
 	PNG []byte
+	// Agent is what GuestAgent returns (nil: no agent connected).
+	Agent *v1.VirtualMachineInstanceGuestAgentInfo
 	// OpenConsole, when set, opens consoles instead of the echo.
 	OpenConsole func(nodeapi.VMI) (io.ReadWriteCloser, error)
 	// BeforeCommand, when set, runs before each command; a test can hold commands there.
@@ -128,6 +131,17 @@ func (f *Fake) Screenshot(_ context.Context, vmi nodeapi.VMI) ([]byte, error) {
 		return nil, err
 	}
 	return f.PNG, nil
+}
+
+// GuestAgent answers with Agent, or a conflict when it is nil.
+func (f *Fake) GuestAgent(_ context.Context, vmi nodeapi.VMI) (*v1.VirtualMachineInstanceGuestAgentInfo, error) {
+	if err := f.check(vmi, "guestagent"); err != nil {
+		return nil, err
+	}
+	if f.Agent == nil {
+		return nil, fmt.Errorf("%w: VMI does not have guest agent connected", nodeapi.ErrConflict)
+	}
+	return f.Agent, nil
 }
 
 // Command tracks pause state so pause/unpause conflicts can be tested.

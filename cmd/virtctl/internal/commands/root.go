@@ -84,6 +84,9 @@ func NewRootCommand() (*cobra.Command, *env) {
 		newVNCCommand(e),
 		newPortForwardCommand(e),
 		newScreenshotCommand(e),
+		newGuestAgentCommand(e, "guestosinfo", "guestosinfo", "Return guest agent info about operating system."),
+		newGuestAgentCommand(e, "userlist", "userlist", "Return full list of logged in users on a guest machine."),
+		newGuestAgentCommand(e, "fslist", "filesystemlist", "Return full list of filesystems available on the guest machine."),
 	)
 	return root, e
 }

@@ -95,6 +95,12 @@ func (c *Client) Put(ctx context.Context, ns, resource, name, subresource string
 	return req.Do(ctx).Error()
 }
 
+// GuestAgent reads one of the guest agent's subresources (guestosinfo, userlist,
+// filesystemlist) of a VMI, as JSON.
+func (c *Client) GuestAgent(ctx context.Context, ns, name, subresource string) ([]byte, error) {
+	return c.sub.Get().Namespace(ns).Resource(VirtualMachineInstances).Name(name).SubResource(subresource).DoRaw(ctx)
+}
+
 // Screenshot fetches the PNG of a VMI's display.
 func (c *Client) Screenshot(ctx context.Context, ns, name string, moveCursor bool) ([]byte, error) {
 	req := c.sub.Get().Namespace(ns).Resource(VirtualMachineInstances).Name(name).SubResource("vnc", "screenshot")

@@ -1,0 +1,66 @@
+package vm
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/guestagent"
+)
+
+// guestAgentPoll is how often the launcher asks the guest agent what it knows; a change of
+// what it answers (or of whether it answers) is an event, so the node agent reports it at once.
+const guestAgentPoll = 5 * time.Second
+
+// agentEvent is the qmp_event of an Event that reports the guest agent's information changed.
+const agentEvent = "GUEST_AGENT"
+
+// followGuestAgent keeps status.guest_agent current until QEMU exits.
+func (v *VM) followGuestAgent() {
+	var c *guestagent.Client
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	for {
+		info := v.askGuestAgent(&c)
+		v.mu.Lock()
+		if !proto.Equal(info, v.status.GuestAgent) {
+			if info.Connected != v.status.GetGuestAgent().GetConnected() {
+				v.log.Info("guest agent", "connected", info.Connected, "version", info.Version)
+			}
+			v.status.GuestAgent = info
+			v.publishLocked(agentEvent)
+		}
+		v.mu.Unlock()
+		select {
+		case <-v.exited:
+			return
+		case <-time.After(guestAgentPoll):
+		}
+	}
+}
+
+// askGuestAgent asks the agent over *c, connecting first when needed; an agent that does not
+// answer in time reports as disconnected, and its session is dropped.
+func (v *VM) askGuestAgent(c **guestagent.Client) *launcherapi.GuestAgentInfo {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if *c == nil {
+		cl, err := guestagent.Dial(ctx, v.layout.GuestAgentSocket())
+		if err != nil {
+			return &launcherapi.GuestAgentInfo{}
+		}
+		*c = cl
+	}
+	info, err := (*c).Info(ctx)
+	if err != nil {
+		(*c).Close()
+		*c = nil
+		return &launcherapi.GuestAgentInfo{}
+	}
+	return info
+}
