@@ -52,12 +52,14 @@ func (v *VM) askGuestAgent(c **guestagent.Client) *launcherapi.GuestAgentInfo {
 	if *c == nil {
 		cl, err := guestagent.Dial(ctx, v.layout.GuestAgentSocket())
 		if err != nil {
+			v.log.V(1).Info("guest agent not answering", "err", err.Error())
 			return &launcherapi.GuestAgentInfo{}
 		}
 		*c = cl
 	}
 	info, err := (*c).Info(ctx)
 	if err != nil {
+		v.log.V(1).Info("guest agent stopped answering", "err", err.Error())
 		(*c).Close()
 		*c = nil
 		return &launcherapi.GuestAgentInfo{}

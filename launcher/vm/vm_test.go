@@ -133,7 +133,7 @@ func TestBootConsoleVNCPauseStats(t *testing.T) {
 		}
 		run(t, con, "kill $(cat /run/qemu-ga.pid) && echo agent-$((2*4))", "agent-8")
 		agent(false)
-		run(t, con, "qemu-ga -m virtio-serial -p /dev/vport0p1 -d -f /run/qemu-ga.pid -t /run && echo agent-$((3*4))", "agent-12")
+		run(t, con, `for p in /sys/class/virtio-ports/*; do [ "$(cat $p/name)" = org.qemu.guest_agent.0 ] && qemu-ga -m virtio-serial -p /dev/${p##*/} -d -f /run/qemu-ga.pid -t /run && echo agent-$((3*4)); done`, "agent-12")
 		agent(true)
 	})
 	t.Run("vnc answers RFB", func(t *testing.T) {
