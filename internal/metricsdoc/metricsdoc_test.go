@@ -199,8 +199,7 @@ balloon driver reports statistics; the migration progress families only while an
 ## Not exported
 
 - GPU, vGPU and host-device families: qvirt assigns no host devices.
-- Guest-agent families (filesystem, load, users); ` + "`kubevirt_vmi_info`" + `'s and ` + "`kubevirt_vmi_phase_count`" + `'s guest OS labels
-  are ` + "`<none>`" + `: qvirt runs no guest agent channel yet.
+- Guest-agent families (filesystem capacity and use, load, users): not yet. QEMU 7.2's agent has no guest-get-load.
 - ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: qvirt has no persistentVolumeClaim volumes yet; ` + "`kubevirt_vm_resource_requests`" + `: not yet.
 - virt-operator's families: qvirt has no operator yet.
 `)
