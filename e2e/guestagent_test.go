@@ -46,7 +46,7 @@ func TestGuestAgentReportsTheGuest(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("AgentConnected stays after the agent stopped: %+v", condition(getVMI(t, c, name), v1.VirtualMachineInstanceAgentConnected))
 	}
-	if _, stderr, code := virtctl(t, kubeconfig, bin, "guestosinfo", name); code == 0 || !strings.Contains(stderr, "conflict") {
+	if _, stderr, code := virtctl(t, kubeconfig, bin, "guestosinfo", name); code == 0 || !strings.Contains(stderr, "VMI does not have guest agent connected") {
 		t.Errorf("virtctl guestosinfo without the agent: exit %d, %q", code, stderr)
 	}
 

@@ -93,6 +93,9 @@ func TestFailuresPrintKubeVirtsMessages(t *testing.T) {
 		{[]string{"pause", "vm", "tiny"}, "VMI is already paused", "Error pausing VirtualMachineInstance tiny: VMI is already paused"},
 		{[]string{"unpause", "vm", "tiny"}, "VMI is not paused", "Error unpausing VirtualMachineInstance tiny: VMI is not paused"},
 		{[]string{"soft-reboot", "tiny"}, "VM is not running", "Error soft rebooting VirtualMachineInstance tiny: VM is not running"},
+		{[]string{"guestosinfo", "tiny"}, "VMI does not have guest agent connected", "Error getting guestosinfo of VirtualMachineInstance tiny, VMI does not have guest agent connected"},
+		{[]string{"fslist", "tiny"}, "VMI does not have guest agent connected", "Error getting filesystemlist of VirtualMachineInstance tiny, VMI does not have guest agent connected"},
+		{[]string{"screenshot", "tiny", "-f", "-"}, "VMI is not running", "Can't access VMI tiny: VMI is not running"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			api := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request) {

@@ -71,7 +71,7 @@ func New(config *rest.Config) (*Client, error) {
 // ServerVersion reads GET /apis/subresources.kubevirt.io/v1/version.
 func (c *Client) ServerVersion(ctx context.Context) (version.Info, error) {
 	var info version.Info
-	b, err := c.sub.Get().AbsPath("/apis", SubresourceGroup, "v1", "version").DoRaw(ctx)
+	b, err := body(ctx, c.sub.Get().AbsPath("/apis", SubresourceGroup, "v1", "version"))
 	if err != nil {
 		return info, err
 	}
@@ -98,7 +98,17 @@ func (c *Client) Put(ctx context.Context, ns, resource, name, subresource string
 // GuestAgent reads one of the guest agent's subresources (guestosinfo, userlist,
 // filesystemlist) of a VMI, as JSON.
 func (c *Client) GuestAgent(ctx context.Context, ns, name, subresource string) ([]byte, error) {
-	return c.sub.Get().Namespace(ns).Resource(VirtualMachineInstances).Name(name).SubResource(subresource).DoRaw(ctx)
+	return body(ctx, c.sub.Get().Namespace(ns).Resource(VirtualMachineInstances).Name(name).SubResource(subresource))
+}
+
+// body returns the response's body, or the server's Status as the error: DoRaw would give a
+// generic error for an error answer, without the Status message.
+func body(ctx context.Context, req *rest.Request) ([]byte, error) {
+	res := req.Do(ctx)
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	return res.Raw()
 }
 
 // Screenshot fetches the PNG of a VMI's display.
@@ -107,5 +117,5 @@ func (c *Client) Screenshot(ctx context.Context, ns, name string, moveCursor boo
 	if moveCursor {
 		req = req.Param("moveCursor", "true")
 	}
-	return req.DoRaw(ctx)
+	return body(ctx, req)
 }
