@@ -16,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/control/config"
-	"github.com/qvirt/qvirt/control/webhooks"
 )
 
 // MigrationPhaseTransitionFromCreationName is KubeVirt's name for the migration phase histogram.
@@ -37,9 +35,6 @@ var (
 		[]string{"node", "namespace", "name", "migration_name"}, nil)
 	migrationEnd = prometheus.NewDesc("kubevirt_vmi_migration_end_time_seconds", "The time at which the migration ended.",
 		[]string{"node", "namespace", "name", "migration_name", "status"}, nil)
-	nonEvictable = prometheus.NewDesc("kubevirt_vmi_non_evictable",
-		"Indication for a VirtualMachine that its eviction strategy is set to Live Migration but is not migratable.",
-		[]string{"node", "namespace", "name"}, nil)
 )
 
 // leaderCache is what a collector of cluster-wide families reads: the controller's cache, while
@@ -71,8 +66,8 @@ func (c *leaderCache) current() (client.Reader, logr.Logger) {
 }
 
 // MigrationCollector reports KubeVirt's migration families from the controller's cache at each
-// scrape: how many migrations are in which phase, each ended migration's outcome, each VMI's
-// last migration start and end, and the VMIs whose eviction would be refused.
+// scrape: how many migrations are in which phase, each ended migration's outcome, and each VMI's
+// last migration start and end.
 type MigrationCollector struct{ leaderCache }
 
 // Describe sends every family.
@@ -80,7 +75,7 @@ func (c *MigrationCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range migrationsInPhase {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{migrationSucceeded, migrationFailed, migrationStart, migrationEnd, nonEvictable} {
+	for _, d := range []*prometheus.Desc{migrationSucceeded, migrationFailed, migrationStart, migrationEnd} {
 		ch <- d
 	}
 }
@@ -127,16 +122,8 @@ func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
 		log.Error(err, "Listing VMIs for metrics")
 		return
 	}
-	cluster := clusterEvictionStrategy(ctx, reader, log)
 	for i := range vmis.Items {
 		v := &vmis.Items[i]
-		if v.Status.Phase == virtv1.Running {
-			refused := 0.0
-			if verdict, _ := webhooks.EvictionDecision(v, cluster); verdict == webhooks.EvictionRefused {
-				refused = 1
-			}
-			ch <- prometheus.MustNewConstMetric(nonEvictable, prometheus.GaugeValue, refused, v.Status.NodeName, v.Namespace, v.Name)
-		}
 		s := v.Status.MigrationState
 		if s == nil {
 			continue
@@ -152,19 +139,6 @@ func (c *MigrationCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(migrationEnd, prometheus.GaugeValue, float64(s.EndTimestamp.Unix()), v.Status.NodeName, v.Namespace, v.Name, name, migrationOutcome(s))
 		}
 	}
-}
-
-// clusterEvictionStrategy is the KubeVirt CR's default eviction strategy ("" without a CR).
-func clusterEvictionStrategy(ctx context.Context, reader client.Reader, log logr.Logger) virtv1.EvictionStrategy {
-	var kvs virtv1.KubeVirtList
-	if err := reader.List(ctx, &kvs); err != nil {
-		log.Error(err, "Listing KubeVirt CRs for metrics")
-		return ""
-	}
-	if len(kvs.Items) == 0 {
-		return ""
-	}
-	return config.From(&kvs.Items[0], config.VirtController).EvictionStrategy
 }
 
 // migrationOutcome is KubeVirt's status label of an ended migration.

@@ -119,6 +119,9 @@ func TestNonEvictable(t *testing.T) {
 	if err := virtv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	live, none := virtv1.EvictionStrategyLiveMigrate, virtv1.EvictionStrategyNone
 	kv := &virtv1.KubeVirt{ObjectMeta: metav1.ObjectMeta{Namespace: "kubevirt", Name: "kubevirt"}}
 	kv.Spec.Configuration.EvictionStrategy = &live
@@ -138,7 +141,7 @@ func TestNonEvictable(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(kv,
 		running("stuck-by-default", nil, false), running("stuck", &live, false), running("mobile", &live, true),
 		running("ends", &none, false), pending).Build()
-	col := &MigrationCollector{}
+	col := &ObjectCollector{}
 	col.Use(c, nil, logr.Discard())
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)

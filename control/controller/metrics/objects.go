@@ -26,6 +26,9 @@ var (
 		[]string{"node", "namespace", "name", "network_name", "address", "type"}, nil)
 	vmiVNIC = prometheus.NewDesc("kubevirt_vmi_vnic_info", "Details of Virtual Machine Instance (VMI) vNIC interfaces.",
 		[]string{"name", "namespace", "vnic_name", "binding_type", "network", "binding_name", "model"}, nil)
+	nonEvictable = prometheus.NewDesc("kubevirt_vmi_non_evictable",
+		"Indication for a VirtualMachine that its eviction strategy is set to Live Migration but is not migratable.",
+		[]string{"node", "namespace", "name"}, nil)
 	launcherOverhead = prometheus.NewDesc("kubevirt_vmi_launcher_memory_overhead_bytes",
 		"Estimation of the memory amount required for virt-launcher's infrastructure components (e.g. libvirt, QEMU).", []string{"namespace", "name"}, nil)
 	emulation = prometheus.NewDesc("kubevirt_configuration_emulation_enabled", "Indicates whether the Software Emulation is enabled in the configuration.", nil, nil)
@@ -55,13 +58,13 @@ func init() {
 	}
 }
 
-// ObjectCollector reports KubeVirt's families about the VMI and VM objects and the cluster's
-// configuration from the controller's cache at each scrape, from the leading replica only.
+// ObjectCollector reports KubeVirt's families about the VMI and VM objects (among them the VMIs
+// whose eviction would be refused) and the cluster's configuration from the controller's cache at each scrape, from the leading replica only.
 type ObjectCollector struct{ leaderCache }
 
 // Describe sends every family.
 func (c *ObjectCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{vmiInfo, vmiPhases, vmiAddresses, vmiVNIC, launcherOverhead, emulation, vmInfo} {
+	for _, d := range []*prometheus.Desc{vmiInfo, vmiPhases, vmiAddresses, vmiVNIC, nonEvictable, launcherOverhead, emulation, vmInfo} {
 		ch <- d
 	}
 	for _, d := range vmGroupTransition {
@@ -107,12 +110,16 @@ func (c *ObjectCollector) Collect(ch chan<- prometheus.Metric) {
 		copy(key[2:], os)
 		phases[key]++
 		verdict, _ := webhooks.EvictionDecision(v, cfg.EvictionStrategy)
+		refused := verdict == webhooks.EvictionRefused
+		if v.Status.Phase == virtv1.Running {
+			ch <- prometheus.MustNewConstMetric(nonEvictable, prometheus.GaugeValue, boolValue(refused), v.Status.NodeName, v.Namespace, v.Name)
+		}
 		info := append([]string{v.Status.NodeName, v.Namespace, v.Name, string(v.Status.Phase)}, os...)
 		pod, podName := pods[string(v.UID)][v.Status.NodeName], "<none>"
 		if pod != nil {
 			podName = pod.Name
 		}
-		info = append(info, boolWord(verdict != webhooks.EvictionRefused), "false", podName)
+		info = append(info, boolWord(!refused), "false", podName)
 		ch <- prometheus.MustNewConstMetric(vmiInfo, prometheus.GaugeValue, 1, info...)
 		if overhead, ok := memoryOverhead(v, pod); ok {
 			ch <- prometheus.MustNewConstMetric(launcherOverhead, prometheus.GaugeValue, overhead, v.Namespace, v.Name)
