@@ -1,9 +1,9 @@
 package api
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/qvirt/qvirt/internal/promreg"
 )
 
 // StreamMetrics count the open console, VNC and port-forward streams by VMI, with KubeVirt's
@@ -16,17 +16,7 @@ type StreamMetrics struct {
 // shares the first one's gauges.
 func NewStreamMetrics(reg prometheus.Registerer) (*StreamMetrics, error) {
 	gauge := func(name, help string) (*prometheus.GaugeVec, error) {
-		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"namespace", "vmi"})
-		if err := reg.Register(g); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				if existing, ok := are.ExistingCollector.(*prometheus.GaugeVec); ok {
-					return existing, nil
-				}
-			}
-			return nil, err
-		}
-		return g, nil
+		return promreg.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"namespace", "vmi"}))
 	}
 	var m StreamMetrics
 	var err error

@@ -3,13 +3,14 @@
 package restmetrics
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
+
+	"github.com/qvirt/qvirt/internal/promreg"
 )
 
 // Name is KubeVirt's family name.
@@ -24,11 +25,8 @@ var Counter = prometheus.NewCounterVec(prometheus.CounterOpts{
 // Instrument makes every request through cfg count in Counter, registered with reg (once: a
 // second registration in the same process is not an error).
 func Instrument(cfg *rest.Config, reg prometheus.Registerer) error {
-	if err := reg.Register(Counter); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return err
-		}
+	if _, err := promreg.Register(reg, Counter); err != nil {
+		return err
 	}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &counting{next: rt} })
 	return nil

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/internal/promreg"
 )
 
 // PhaseTransitionFromCreationName is KubeVirt's metric name; dashboards built
@@ -31,7 +32,7 @@ type Metrics struct {
 // New creates the collectors and registers them with reg. Registering twice in
 // one process (tests start several managers) reuses the first collectors.
 func New(reg prometheus.Registerer) (*Metrics, error) {
-	vmi, err := registerHistogram(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	vmi, err := promreg.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    PhaseTransitionFromCreationName,
 		Help:    "Histogram of VM phase transitions duration from creation time in seconds.",
 		Buckets: phaseTransitionBuckets,
@@ -39,7 +40,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	mig, err := registerHistogram(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	mig, err := promreg.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    MigrationPhaseTransitionFromCreationName,
 		Help:    "Histogram of VM migration phase transitions duration from creation time in seconds.",
 		Buckets: phaseTransitionBuckets,

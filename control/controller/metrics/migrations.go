@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -150,24 +149,6 @@ func migrationOutcome(s *virtv1.VirtualMachineInstanceMigrationState) string {
 		return "succeeded"
 	}
 	return ""
-}
-
-// registerHistogram registers h with reg, or returns the histogram a manager started earlier
-// in this process registered under the same name.
-func registerHistogram(reg prometheus.Registerer, h *prometheus.HistogramVec) (*prometheus.HistogramVec, error) {
-	err := reg.Register(h)
-	if err == nil {
-		return h, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if !errors.As(err, &are) {
-		return nil, err
-	}
-	existing, ok := are.ExistingCollector.(*prometheus.HistogramVec)
-	if !ok {
-		return nil, err
-	}
-	return existing, nil
 }
 
 // ObserveMigrationPhase records how long after its creation mig reached its current phase, by
