@@ -6,8 +6,8 @@ TOOLS := $(CURDIR)/_tools
 GUEST := $(CURDIR)/_guest
 export PATH := $(TOOLS):$(PATH)
 
-APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat
-APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat
+APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat openssh-client
+APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat ssh scp
 
 COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
 

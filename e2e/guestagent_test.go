@@ -33,7 +33,7 @@ func TestGuestAgentReportsTheGuest(t *testing.T) {
 	if ifs := got.Status.Interfaces; len(ifs) != 1 || ifs[0].InterfaceName != "eth0" || ifs[0].InfoSource != "domain, guest-agent" || ifs[0].IP != vmi.Status.Interfaces[0].IP {
 		t.Errorf("interfaces with the agent: %+v (before: %+v)", ifs, vmi.Status.Interfaces)
 	}
-	for sub, want := range map[string]string{"guestosinfo": `"id": "qvirt-tiny"`, "userlist": `"items"`, "fslist": `"items"`} {
+	for sub, want := range map[string]string{"guestosinfo": `"id": "qvirt-tiny"`, "userlist": `"items"`, "fslist": `"mountPoint": "/mnt/data"`} {
 		stdout, stderr, code := virtctl(t, kubeconfig, bin, sub, name)
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("virtctl %s: exit %d, %q %q", sub, code, stdout, stderr)

@@ -254,7 +254,10 @@ func TestMigrationFailuresLeaveTheVMOnItsNode(t *testing.T) {
 	setMigrations(t, c, `{"bandwidthPerMigration":"1Mi","progressTimeout":600,"completionTimeoutPerGiB":3000}`, `"BandwidthPerMigration":1048576`)
 	t.Cleanup(func() { setMigrations(t, c, "null", `"BandwidthPerMigration":0`) })
 	const name = "stayer"
-	vmi, ws, qemu, _ := guestWithConsole(t, c, name, "")
+	// A CPU limit (no throttling on these nodes) gives kubevirt_vm_resource_limits a series.
+	manifest := strings.Replace(vmManifest(name, "", "masquerade"), "        memory: {guest: 192Mi}\n",
+		"        memory: {guest: 192Mi}\n        resources: {requests: {cpu: 100m}, limits: {cpu: \"2\"}}\n", 1)
+	vmi, ws, qemu, _ := guestFromManifest(t, c, name, manifest)
 	t.Cleanup(func() { _ = c.K8s.Kubectl("delete", "vm", name, "--wait=false").Run() })
 	node := vmi.Status.NodeName
 	ctx, cancel := context.WithTimeout(context.Background(), 14*time.Minute)

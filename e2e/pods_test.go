@@ -190,7 +190,13 @@ func alive(pids []int) []int {
 // its one QEMU process and the guest's uptime.
 func guestWithConsole(t *testing.T, c *localcluster.Cluster, name, node string) (*v1.VirtualMachineInstance, *websocket.Conn, []int, upReading) {
 	t.Helper()
-	startVM(t, c, vmManifest(name, node, "masquerade"))
+	return guestFromManifest(t, c, name, vmManifest(name, node, "masquerade"))
+}
+
+// guestFromManifest is guestWithConsole for the VM manifest given.
+func guestFromManifest(t *testing.T, c *localcluster.Cluster, name, manifest string) (*v1.VirtualMachineInstance, *websocket.Conn, []int, upReading) {
+	t.Helper()
+	startVM(t, c, manifest)
 	vmi := getVMI(t, c, name)
 	ws := stream(t, c, "virtualmachineinstances/"+name+"/console")
 	send(t, ws, "\n")

@@ -102,6 +102,11 @@ type VirtualMachineInstanceSpec struct {
 	DNSConfig *corev1.PodDNSConfig `json:"dnsConfig,omitempty"`
 	// +optional
 	Architecture string `json:"architecture,omitempty"`
+	// AccessCredentials are SSH public keys and passwords to put into the guest.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	AccessCredentials []AccessCredential `json:"accessCredentials,omitempty"`
 }
 
 // Probe is a health check run against the guest.
@@ -161,6 +166,9 @@ const (
 	VirtualMachineInstanceIsMigratable   VirtualMachineInstanceConditionType = "LiveMigratable"
 	VirtualMachineInstancePaused         VirtualMachineInstanceConditionType = "Paused"
 	VirtualMachineInstanceAgentConnected VirtualMachineInstanceConditionType = "AgentConnected"
+	// VirtualMachineInstanceAccessCredentialsSynchronized: the guest agent has applied the
+	// VMI's qemuGuestAgent access credentials (False, with the reason in the message, otherwise).
+	VirtualMachineInstanceAccessCredentialsSynchronized VirtualMachineInstanceConditionType = "AccessCredentialsSynchronized"
 	// VirtualMachineInstancePodScheduled mirrors the launcher pod's PodScheduled.
 	VirtualMachineInstancePodScheduled VirtualMachineInstanceConditionType = VirtualMachineInstanceConditionType(corev1.PodScheduled)
 )
@@ -217,6 +225,9 @@ type VirtualMachineInstanceStatus struct {
 	GuestOSInfo VirtualMachineInstanceGuestOSInfo `json:"guestOSInfo,omitempty"`
 	// +optional
 	MigrationState *VirtualMachineInstanceMigrationState `json:"migrationState,omitempty"`
+	// VSOCKCID is the guest's VSOCK context ID, unique in the cluster (autoattachVSOCK).
+	// +optional
+	VSOCKCID *uint32 `json:"VSOCKCID,omitempty"`
 	// EvacuationNodeName is the node the VMI must leave: an eviction of its launcher pod there
 	// was turned into an evacuation.
 	// +optional

@@ -19,6 +19,7 @@ var subresources = []string{
 	"virtualmachineinstances/portforward", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
 	"virtualmachineinstances/softreboot", "virtualmachineinstances/reset",
 	"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist",
+	"virtualmachineinstances/vsock",
 }
 
 func apiGroup() *metav1.APIGroup {

@@ -95,6 +95,7 @@ func NewServer(opts Options) *Server {
 	s.mux.Handle("GET "+vmis+"/vnc", s.authorized("virtualmachineinstances", "vnc", s.vnc))
 	s.mux.Handle("GET "+vmis+"/vnc/screenshot", s.authorized("virtualmachineinstances", "vnc/screenshot", s.screenshot))
 	s.mux.Handle("GET "+vmis+"/portforward/{port}/{protocol}", s.authorized("virtualmachineinstances", "portforward", s.portForward))
+	s.mux.Handle("GET "+vmis+"/vsock", s.authorized("virtualmachineinstances", "vsock", s.vsock))
 	for _, sub := range []string{"guestosinfo", "userlist", "filesystemlist"} {
 		s.mux.Handle("GET "+vmis+"/"+sub, s.authorized("virtualmachineinstances", sub, s.guestAgent))
 	}

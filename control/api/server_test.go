@@ -95,7 +95,7 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 			"alice update virtualmachineinstances/pause": true, "alice update virtualmachineinstances/unpause": true,
 			"alice get virtualmachineinstances/console": true, "alice get virtualmachineinstances/vnc/screenshot": true,
 			"alice get virtualmachineinstances/guestosinfo": true, "alice get virtualmachineinstances/userlist": true,
-			"alice get virtualmachineinstances/filesystemlist": true,
+			"alice get virtualmachineinstances/filesystemlist": true, "alice get virtualmachineinstances/vsock": true,
 		},
 		Nodes:      staticNodes(node.Endpoint),
 		NodeClient: node.Client,
@@ -339,5 +339,41 @@ func TestGuestAgentSubresources(t *testing.T) {
 	var fss v1.VirtualMachineInstanceFileSystemList
 	if code != 200 || json.Unmarshal([]byte(body), &fss) != nil || len(fss.Items) != 1 || fss.Items[0].MountPoint != "/" || !strings.Contains(body, `"fileSystemType":"ext4"`) {
 		t.Errorf("filesystemlist: %d %s", code, body)
+	}
+}
+
+// TestVSOCKReachesTheGuestsPort: the vsock subresource streams to the port of a VMI with
+// autoattachVSOCK, with tls=false; other VMIs, TLS and bad ports are refused with KubeVirt's
+// or a clear message.
+func TestVSOCKReachesTheGuestsPort(t *testing.T) {
+	on := true
+	running := vmi("running", v1.Running)
+	running.Spec.Domain.Devices.AutoattachVSOCK = &on
+	plain := vmi("plain", v1.Running)
+	e := newEnv(t, running, plain)
+	for _, tc := range []struct{ path, want string }{
+		{"plain/vsock?port=1234&tls=false", "VSOCK is not attached."},
+		{"running/vsock?port=1234", "qvirt does not support TLS over VSOCK"},
+		{"running/vsock?port=1234&tls=maybe", "is neither true nor false"},
+		{"running/vsock?port=0&tls=false", "is not a valid VSOCK port"},
+		{"running/vsock?tls=false", "is not a valid VSOCK port"},
+	} {
+		if code, body := e.do(t, "GET", ns+"/virtualmachineinstances/"+tc.path, "alice", ""); code != 400 || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want 400 %q", tc.path, code, body, tc.want)
+		}
+	}
+	wsURL := strings.Replace(e.url, "https", "wss", 1) + ns + "/virtualmachineinstances/running/vsock?port=1234&tls=false"
+	d := websocket.Dialer{TLSClientConfig: e.proxy, Subprotocols: []string{"plain.kubevirt.io"}}
+	ws, resp, err := d.Dial(wsURL, http.Header{"X-Remote-User": {"alice"}})
+	if err != nil {
+		t.Fatalf("vsock: %v %v", err, resp)
+	}
+	defer ws.Close()
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, msg, err := ws.ReadMessage(); err != nil || string(msg) != "vsock 1234\n" {
+		t.Errorf("vsock greeting: %q %v", msg, err)
+	}
+	if cmds := e.fake.Commands(); len(cmds) == 0 || cmds[len(cmds)-1] != "vsock 1234 default/running" {
+		t.Errorf("node saw %v", cmds)
 	}
 }

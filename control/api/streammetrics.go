@@ -39,6 +39,8 @@ const (
 	ConsoleStream StreamKind = iota
 	VNCStream
 	PortForwardStream
+	// VSOCKStream has no family of KubeVirt's.
+	VSOCKStream
 )
 
 // Open counts one stream of kind to the VMI until the returned func is called.
@@ -46,7 +48,11 @@ func (m *StreamMetrics) Open(kind StreamKind, namespace, vmi string) (closed fun
 	if m == nil {
 		return func() {}
 	}
-	g := map[StreamKind]*prometheus.GaugeVec{ConsoleStream: m.console, VNCStream: m.vnc, PortForwardStream: m.portForward}[kind].WithLabelValues(namespace, vmi)
+	vec := map[StreamKind]*prometheus.GaugeVec{ConsoleStream: m.console, VNCStream: m.vnc, PortForwardStream: m.portForward}[kind]
+	if vec == nil {
+		return func() {}
+	}
+	g := vec.WithLabelValues(namespace, vmi)
 	g.Inc()
 	return g.Dec
 }

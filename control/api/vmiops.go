@@ -163,6 +163,33 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// vsock connects to a port of the guest's VSOCK device, as KubeVirt's subresource: ?port=N
+// and ?tls= (true unless given). TLS to the guest's service is not offered: tls=false is needed.
+func (s *Server) vsock(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	port, err := strconv.ParseUint(q.Get("port"), 10, 32)
+	if err != nil || port == 0 {
+		writeError(w, badRequest("port %q is not a valid VSOCK port", q.Get("port")))
+		return
+	}
+	if tls := q.Get("tls"); tls == "" || tls == "true" {
+		writeError(w, badRequest("qvirt does not support TLS over VSOCK (tls=true, the default): connect with tls=false"))
+		return
+	} else if tls != "false" {
+		writeError(w, badRequest("tls %q is neither true nor false", tls))
+		return
+	}
+	check := func(vmi *v1.VirtualMachineInstance) error {
+		if v := vmi.Spec.Domain.Devices.AutoattachVSOCK; v == nil || !*v {
+			return badRequest("VSOCK is not attached.")
+		}
+		return nil
+	}
+	s.relayChecked(w, r, VSOCKStream, check, func(ctx context.Context, ep nodeapi.Endpoint, vmi nodeapi.VMI) (io.ReadWriteCloser, error) {
+		return s.opts.NodeClient.VSOCK(ctx, ep, vmi, uint32(port))
+	})
+}
+
 var upgrader = websocket.Upgrader{
 	Subprotocols: []string{nodeapi.Subprotocol},
 	// Requests arrive through the kube-apiserver's aggregation layer, authenticated there;
@@ -174,8 +201,16 @@ var upgrader = websocket.Upgrader{
 // plain HTTP error (and virtctl's retry), then splices the two websockets, counting the stream
 // in kind while it lasts.
 func (s *Server) relay(w http.ResponseWriter, r *http.Request, kind StreamKind, open func(context.Context, nodeapi.Endpoint, nodeapi.VMI) (io.ReadWriteCloser, error)) {
+	s.relayChecked(w, r, kind, nil, open)
+}
+
+// relayChecked is relay for a stream that only some VMIs have: check refuses the others.
+func (s *Server) relayChecked(w http.ResponseWriter, r *http.Request, kind StreamKind, check func(*v1.VirtualMachineInstance) error, open func(context.Context, nodeapi.Endpoint, nodeapi.VMI) (io.ReadWriteCloser, error)) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	_, ep, err := s.runningVMI(r.Context(), ns, name)
+	obj, ep, err := s.runningVMI(r.Context(), ns, name)
+	if err == nil && check != nil {
+		err = check(obj)
+	}
 	if err != nil {
 		writeError(w, err)
 		return

@@ -16,6 +16,7 @@ import (
 // Feature gates the rules consult; the names are KubeVirt's.
 const (
 	FeatureGateHostDisk = "HostDisk"
+	FeatureGateVSOCK    = "VSOCK"
 )
 
 // Config is the cluster configuration the rules depend on. The real

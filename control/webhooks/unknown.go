@@ -19,7 +19,6 @@ import (
 // fields, or a request that skipped the API server, would otherwise have them
 // decoded away without a word.
 var kubevirtOnlyFields = map[string]string{
-	"accessCredentials":         "access credentials",
 	"blockSize":                 "disk block sizes",
 	"chassis":                   "SMBIOS chassis settings",
 	"clientPassthrough":         "USB client passthrough",

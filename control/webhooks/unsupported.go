@@ -144,7 +144,6 @@ func unsupportedInDevices(p *field.Path, d *v1.Devices) field.ErrorList {
 		{d.Watchdog != nil, "watchdog", "watchdog devices"},
 		{len(d.Inputs) > 0, "inputs", "input devices"},
 		{on(d.AutoattachInputDevice), "autoattachInputDevice", "input devices"},
-		{on(d.AutoattachVSOCK), "autoattachVSOCK", "VSOCK devices"},
 		{on(d.LogSerialConsole), "logSerialConsole", "logging the serial console to the pod log"},
 		{on(d.BlockMultiQueue), "blockMultiQueue", "multi-queue block devices"},
 		{on(d.NetworkInterfaceMultiQueue), "networkInterfaceMultiqueue", "multi-queue network interfaces"},

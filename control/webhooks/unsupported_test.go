@@ -70,7 +70,6 @@ func TestUnsupportedIsRefused(t *testing.T) {
 		{"spec.domain.devices.watchdog", devices(func(d *v1.Devices) { d.Watchdog = &v1.Watchdog{Name: "w"} })},
 		{"spec.domain.devices.inputs", devices(func(d *v1.Devices) { d.Inputs = []v1.Input{{Name: "t", Type: "tablet"}} })},
 		{"spec.domain.devices.autoattachInputDevice", devices(func(d *v1.Devices) { d.AutoattachInputDevice = ptr(true) })},
-		{"spec.domain.devices.autoattachVSOCK", devices(func(d *v1.Devices) { d.AutoattachVSOCK = ptr(true) })},
 		{"spec.domain.devices.logSerialConsole", devices(func(d *v1.Devices) { d.LogSerialConsole = ptr(true) })},
 		{"spec.domain.devices.blockMultiQueue", devices(func(d *v1.Devices) { d.BlockMultiQueue = ptr(true) })},
 		{"spec.domain.devices.networkInterfaceMultiqueue", devices(func(d *v1.Devices) { d.NetworkInterfaceMultiQueue = ptr(true) })},

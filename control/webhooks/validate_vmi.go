@@ -68,6 +68,7 @@ func ValidateVMISpec(path *field.Path, spec *v1.VirtualMachineInstanceSpec, cfg 
 		{path.Child("volumes"), len(spec.Volumes)},
 		{devices.Child("interfaces"), len(spec.Domain.Devices.Interfaces)},
 		{path.Child("networks"), len(spec.Networks)},
+		{path.Child("accessCredentials"), len(spec.AccessCredentials)},
 	} {
 		if l.n > arrayLenMax {
 			// KubeVirt stops here: the rest would be quadratic in a hostile list.
@@ -84,6 +85,10 @@ func ValidateVMISpec(path *field.Path, spec *v1.VirtualMachineInstanceSpec, cfg 
 	errs = append(errs, validateDisksMatchVolumes(path, spec)...)
 	errs = append(errs, validateNetworking(path, spec)...)
 	errs = append(errs, validateBootOrder(path, spec)...)
+	errs = append(errs, validateAccessCredentials(path.Child("accessCredentials"), spec)...)
+	if v := spec.Domain.Devices.AutoattachVSOCK; v != nil && *v && !cfg.FeatureGateEnabled(FeatureGateVSOCK) {
+		errs = append(errs, invalid(devices.Child("autoattachVSOCK"), true, "%s feature gate is not enabled in kubevirt-config", FeatureGateVSOCK))
+	}
 	errs = append(errs, unsupportedInVMISpec(path, spec)...)
 	return errs
 }

@@ -28,7 +28,7 @@ modules=(
 	"scsi_mod scan=sync" sd_mod sr_mod
 	virtio_pci virtio_blk virtio_scsi virtio_net virtio_rng virtio_balloon virtio_console
 	ahci ata_piix nvme
-	crc32c_generic crc32c_intel ext4 isofs vfat nls_cp437 nls_ascii nls_utf8
+	crc32c_generic crc32c_intel ext4 isofs vfat nls_cp437 nls_ascii nls_utf8 loop
 	button evdev
 )
 
@@ -74,7 +74,9 @@ resolve_all() {
 		pkgs+=("$p")
 	done
 }
-fetch() { (cd "$dl" && apt-get download -q "${pkgs[@]}" busybox-static qemu-guest-agent >/dev/null 2>"$work/apt.err"); }
+# The SSH server and what it needs that a host with QEMU installed does not have.
+ssh_pkgs=(dropbear-bin libtomcrypt1 libtommath1 openssh-sftp-server)
+fetch() { (cd "$dl" && apt-get download -q "${pkgs[@]}" busybox-static qemu-guest-agent "${ssh_pkgs[@]}" >/dev/null 2>"$work/apt.err"); }
 updated=
 apt_update() {
 	[ -z "$updated" ] || return 1
@@ -87,7 +89,7 @@ if ! resolve_all; then
 	apt_update
 	resolve_all || die "cannot resolve the kernel packages behind: ${kernels[*]#*:}"
 fi
-log "downloading ${pkgs[*]} busybox-static qemu-guest-agent"
+log "downloading ${pkgs[*]} busybox-static qemu-guest-agent ${ssh_pkgs[*]}"
 if ! fetch; then
 	# Stale package lists name files that the archive no longer has.
 	apt_update || { cat "$work/apt.err" >&2; die "apt-get download failed"; }
@@ -172,24 +174,50 @@ cp "$bb" "$root/bin/busybox"
 ln -s busybox "$root/bin/sh"
 install -m 0755 "$here/init" "$root/init"
 
-# ---- guest agent -------------------------------------------------------------------
-# qemu-ga from Debian's qemu-guest-agent, with the shared libraries it links: the host's,
-# of the same Debian release (the QEMU packages installed them), at the paths ldd names.
-garoot=$work/qga
-dpkg-deb -x "$(deb qemu-guest-agent)" "$garoot"
-qga=$garoot/usr/sbin/qemu-ga
-[ -x "$qga" ] || die "no usr/sbin/qemu-ga in qemu-guest-agent"
-install -D -m 0755 "$qga" "$root/usr/sbin/qemu-ga"
-libs=$(ldd "$qga" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
-if ldd "$qga" | grep -q "not found"; then
-	ldd "$qga" >&2
-	die "qemu-ga needs libraries this host does not have (run 'make apt')"
-fi
-for l in $libs; do
-	install -D -m 0755 "$(readlink -f "$l")" "$root$l"
+# ---- guest agent and SSH server ---------------------------------------------------
+# Debian's binaries with the shared libraries they link, at the paths ldd names: the host's,
+# of the same Debian release (the QEMU packages installed most), or else those of the
+# downloaded library packages.
+extra=$work/extra
+mkdir -p "$extra"
+for p in qemu-guest-agent "${ssh_pkgs[@]}"; do
+	dpkg-deb -x "$(deb "$p")" "$extra"
+	info+=("$p: $(dpkg-deb -f "$(deb "$p")" Version)")
 done
+extralibs=$extra/usr/lib/x86_64-linux-gnu
+# install_bin SRC DST: SRC at DST in the guest, with every library it links.
+install_bin() {
+	local src=$1 dst=$2 libs l
+	[ -x "$src" ] || die "no $src"
+	install -D -m 0755 "$src" "$root$dst"
+	if LD_LIBRARY_PATH=$extralibs ldd "$src" | grep -q "not found"; then
+		LD_LIBRARY_PATH=$extralibs ldd "$src" >&2
+		die "${src##*/} needs libraries this host does not have (run 'make apt')"
+	fi
+	libs=$(LD_LIBRARY_PATH=$extralibs ldd "$src" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+	for l in $libs; do
+		case $l in
+		"$extralibs"/*) install -D -m 0755 "$(readlink -f "$l")" "$root/usr/lib/x86_64-linux-gnu/${l##*/}" ;;
+		*) install -D -m 0755 "$(readlink -f "$l")" "$root$l" ;;
+		esac
+	done
+}
+install_bin "$extra/usr/sbin/qemu-ga" /usr/sbin/qemu-ga
+install_bin "$extra/usr/sbin/dropbear" /usr/sbin/dropbear
+# Where Debian's dropbear looks for the SFTP server (OpenSSH's scp speaks SFTP).
+install_bin "$extra/usr/lib/openssh/sftp-server" /usr/lib/sftp-server
 chroot "$root" /usr/sbin/qemu-ga --version >/dev/null || die "qemu-ga does not run from the initramfs"
-info+=("qemu-guest-agent: $(dpkg-deb -f "$(deb qemu-guest-agent)" Version)")
+chroot "$root" /usr/sbin/dropbear -V >/dev/null 2>&1 || die "dropbear does not run from the initramfs"
+# The guest's users, root and qvirt: the SSH server and the agent's authorized-keys commands
+# look them up.
+printf '%s\n' 'root:*:0:0:root:/root:/bin/sh' 'qvirt:*:1000:1000:qvirt:/home/qvirt:/bin/sh' >"$root/etc/passwd"
+printf '%s\n' 'root:x:0:' 'qvirt:x:1000:' >"$root/etc/group"
+mkdir -p "$root/home/qvirt"
+echo /bin/sh >"$root/etc/shells"
+mkdir -p "$root/etc/dropbear" "$root/usr/share/qvirt"
+# A filesystem for the guest to mount on a loop device (hack/guest/init: /mnt/data).
+mke2fs -q -F -t ext2 -L qvirt-data -E root_owner=0:0 "$root/usr/share/qvirt/data.img" 4M
+chmod 700 "$root/root"
 # What the agent reports as the guest's OS (guest-get-osinfo reads it).
 cat >"$root/etc/os-release" <<'EOF'
 NAME="qvirt tiny guest"

@@ -80,8 +80,47 @@ func complete(spec map[string]any, leafPath string) {
 			}
 		}
 	}
+	completeAccessCredentials(spec, devices)
 	if spec["dnsPolicy"] == "None" && len(list(spec, "dnsConfig", "nameservers")) == 0 {
 		appendTo(spec, "10.96.0.10", "dnsConfig", "nameservers")
+	}
+}
+
+// completeAccessCredentials gives each access credential a secret and a propagation method
+// (the guest agent's, for root), and the VMI a cloud-init volume for the noCloud method.
+func completeAccessCredentials(spec, devices map[string]any) {
+	acs := list(spec, "accessCredentials")
+	if len(acs) == 0 {
+		return
+	}
+	if !slices.ContainsFunc(list(spec, "volumes"), func(v any) bool { return hasAny(v.(map[string]any), "cloudInitNoCloud") }) {
+		appendTo(devices, map[string]any{"name": "cloudinit-keys", "disk": map[string]any{"bus": "virtio"}}, "disks")
+		appendTo(spec, map[string]any{"name": "cloudinit-keys", "cloudInitNoCloud": map[string]any{"userData": "#cloud-config\n"}}, "volumes")
+	}
+	for _, e := range acs {
+		ac := e.(map[string]any)
+		for _, kind := range []string{"sshPublicKey", "userPassword"} {
+			k, ok := ac[kind].(map[string]any)
+			if !ok {
+				continue
+			}
+			if sec := obj(k, "source", "secret"); !hasAny(sec, "secretName") {
+				sec["secretName"] = "access-keys"
+			}
+			pm := obj(k, "propagationMethod")
+			if kind == "userPassword" {
+				if !hasAny(pm, "qemuGuestAgent") {
+					pm["qemuGuestAgent"] = map[string]any{}
+				}
+				continue
+			}
+			if !hasAny(pm, "noCloud", "configDrive", "qemuGuestAgent") {
+				pm["qemuGuestAgent"] = map[string]any{"users": []any{"root"}}
+			}
+			if ga, ok := pm["qemuGuestAgent"].(map[string]any); ok && len(list(ga, "users")) == 0 {
+				ga["users"] = []any{"root"}
+			}
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ import (
 )
 
 // cfg is a cluster with the feature gates of what qvirt runs behind one.
-var cfg = webhooks.StaticConfig{webhooks.FeatureGateHostDisk: true}
+var cfg = webhooks.StaticConfig{webhooks.FeatureGateHostDisk: true, webhooks.FeatureGateVSOCK: true}
 
 const testUID = types.UID("6f9619ff-8b86-d011-b42d-00cf4fc964ff")
 
@@ -120,6 +120,13 @@ func render(vmi *v1.VirtualMachineInstance, images launcherspec.ImageResolver) a
 			env.NICs[in.Name] = launcherspec.NIC{TapFDName: "tap-" + in.Name, MAC: "02:00:00:00:00:01"}
 			layout.TapFDs["tap-"+in.Name] = 3 + i
 		}
+	}
+	// It finds the secrets of access credentials in the pod, and opens the VSOCK device of a
+	// VMI virt-controller gave a context ID.
+	env.SecretDirs = launcherspec.SecretDirs(pod)
+	if v := vmi.Spec.Domain.Devices.AutoattachVSOCK; v != nil && *v {
+		env.VSOCK = &launcherapi.VSOCK{GuestCid: 3, VhostFdName: "vhost-vsock"}
+		layout.TapFDs["vhost-vsock"] = 90
 	}
 	spec, err := launcherspec.Build(vmi, env)
 	if err != nil {

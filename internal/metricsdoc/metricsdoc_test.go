@@ -57,7 +57,8 @@ func handlerRegistry() *prometheus.Registry {
 			DirtyRate: &launcherapi.DirtyRate{BytesPerSecond: 1 << 20},
 			Migration: &launcherapi.MigrationStatus{Outgoing: true, TotalBytes: 1 << 28, TransferredBytes: 1 << 20, RemainingBytes: 1 << 27, MemoryBytesPerSecond: 1 << 20},
 		},
-		Interfaces: map[string]vmimetrics.NetStats{"default": {RxBytes: 100, TxBytes: 900}},
+		Interfaces:  map[string]vmimetrics.NetStats{"default": {RxBytes: 100, TxBytes: 900}},
+		Filesystems: []*launcherapi.GuestFilesystem{{DiskName: "loop0", MountPoint: "/mnt/data", Type: "ext2", UsedBytes: 1 << 20, TotalBytes: 8 << 20}},
 	}
 	reg.MustRegister(vmimetrics.NewCollector("node01", fixed{vm}))
 	return reg
@@ -93,6 +94,9 @@ func controllerRegistry(t *testing.T) *prometheus.Registry {
 	vmi.Status.Interfaces = []virtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.5", IPs: []string{"10.0.0.5"}}}
 	vm := &virtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm1", CreationTimestamp: created}}
 	vm.Status.PrintableStatus = virtv1.VirtualMachineStatusRunning
+	vm.Spec.Template = &virtv1.VirtualMachineInstanceTemplateSpec{}
+	vm.Spec.Template.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
+	vm.Spec.Template.Spec.Domain.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	vmi.UID = "uid-1"
 	vmi.Spec.Domain.Memory = &virtv1.Memory{Guest: ptr.To(resource.MustParse("128Mi"))}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "virt-launcher-vm1-abcde",
@@ -194,13 +198,15 @@ leader serves the cluster-wide ones (the other replicas only their own health); 
 	}
 	b.WriteString(`
 The guest-side memory families (available, unused, usable and cached bytes, swap traffic and page faults) appear once the guest's
-balloon driver reports statistics; the migration progress families only while an outgoing migration runs.
+balloon driver reports statistics; the migration progress families only while an outgoing migration runs; the filesystem
+families for each filesystem on a block device the guest agent reports.
 
 ## Not exported
 
 - GPU, vGPU and host-device families: qvirt assigns no host devices.
-- Guest-agent families (filesystem capacity and use, load, users): not yet. QEMU 7.2's agent has no guest-get-load.
-- ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: qvirt has no persistentVolumeClaim volumes yet; ` + "`kubevirt_vm_resource_requests`" + `: not yet.
+- ` + "`kubevirt_vmi_guest_load_1m`, `_5m`, `_15m`" + `: they come from the agent's guest-get-load, which the guest agent of QEMU 7.2
+  (Debian 12's, the one the test guest runs) does not have.
+- ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: qvirt has no persistentVolumeClaim volumes yet.
 - virt-operator's families: qvirt has no operator yet.
 `)
 	return b.Bytes()

@@ -373,9 +373,11 @@ type VMSpec struct {
 	Devices     *Devices     `protobuf:"bytes,12,opt,name=devices,proto3" json:"devices,omitempty"`
 	// The guest is left paused once QEMU is configured (KubeVirt's startStrategy: Paused); an
 	// unpause starts it.
-	StartPaused   bool `protobuf:"varint,13,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StartPaused bool `protobuf:"varint,13,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
+	// Keys and passwords from secrets the pod mounts, for the guest.
+	AccessCredentials []*AccessCredential `protobuf:"bytes,14,rep,name=access_credentials,json=accessCredentials,proto3" json:"access_credentials,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *VMSpec) Reset() {
@@ -499,6 +501,198 @@ func (x *VMSpec) GetStartPaused() bool {
 	return false
 }
 
+func (x *VMSpec) GetAccessCredentials() []*AccessCredential {
+	if x != nil {
+		return x.AccessCredentials
+	}
+	return nil
+}
+
+// AccessCredential is one of the VMI's accessCredentials: a directory holding a secret's files
+// (a pod volume, which the kubelet updates when the secret changes) and where they go.
+type AccessCredential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dir   string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*AccessCredential_SshPublicKeys
+	//	*AccessCredential_UserPasswords
+	Kind          isAccessCredential_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessCredential) Reset() {
+	*x = AccessCredential{}
+	mi := &file_launcher_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessCredential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessCredential) ProtoMessage() {}
+
+func (x *AccessCredential) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessCredential.ProtoReflect.Descriptor instead.
+func (*AccessCredential) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AccessCredential) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *AccessCredential) GetKind() isAccessCredential_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *AccessCredential) GetSshPublicKeys() *SSHPublicKeys {
+	if x != nil {
+		if x, ok := x.Kind.(*AccessCredential_SshPublicKeys); ok {
+			return x.SshPublicKeys
+		}
+	}
+	return nil
+}
+
+func (x *AccessCredential) GetUserPasswords() *UserPasswords {
+	if x != nil {
+		if x, ok := x.Kind.(*AccessCredential_UserPasswords); ok {
+			return x.UserPasswords
+		}
+	}
+	return nil
+}
+
+type isAccessCredential_Kind interface {
+	isAccessCredential_Kind()
+}
+
+type AccessCredential_SshPublicKeys struct {
+	SshPublicKeys *SSHPublicKeys `protobuf:"bytes,2,opt,name=ssh_public_keys,json=sshPublicKeys,proto3,oneof"`
+}
+
+type AccessCredential_UserPasswords struct {
+	UserPasswords *UserPasswords `protobuf:"bytes,3,opt,name=user_passwords,json=userPasswords,proto3,oneof"`
+}
+
+func (*AccessCredential_SshPublicKeys) isAccessCredential_Kind() {}
+
+func (*AccessCredential_UserPasswords) isAccessCredential_Kind() {}
+
+// SSHPublicKeys: every file holds public keys, one per line.
+type SSHPublicKeys struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Into the NoCloud meta-data (public-keys) of every cloud-init disk, at boot.
+	NoCloud bool `protobuf:"varint,1,opt,name=no_cloud,json=noCloud,proto3" json:"no_cloud,omitempty"`
+	// Into these users' authorized_keys through the guest agent, kept in step with the files.
+	GuestAgentUsers []string `protobuf:"bytes,2,rep,name=guest_agent_users,json=guestAgentUsers,proto3" json:"guest_agent_users,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SSHPublicKeys) Reset() {
+	*x = SSHPublicKeys{}
+	mi := &file_launcher_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SSHPublicKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SSHPublicKeys) ProtoMessage() {}
+
+func (x *SSHPublicKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SSHPublicKeys.ProtoReflect.Descriptor instead.
+func (*SSHPublicKeys) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SSHPublicKeys) GetNoCloud() bool {
+	if x != nil {
+		return x.NoCloud
+	}
+	return false
+}
+
+func (x *SSHPublicKeys) GetGuestAgentUsers() []string {
+	if x != nil {
+		return x.GuestAgentUsers
+	}
+	return nil
+}
+
+// UserPasswords: each file is named after a user and holds the password, set through the
+// guest agent.
+type UserPasswords struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserPasswords) Reset() {
+	*x = UserPasswords{}
+	mi := &file_launcher_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserPasswords) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserPasswords) ProtoMessage() {}
+
+func (x *UserPasswords) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserPasswords.ProtoReflect.Descriptor instead.
+func (*UserPasswords) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{3}
+}
+
 type CPU struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Sockets uint32                 `protobuf:"varint,1,opt,name=sockets,proto3" json:"sockets,omitempty"`
@@ -512,7 +706,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_launcher_proto_msgTypes[1]
+	mi := &file_launcher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +718,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[1]
+	mi := &file_launcher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +731,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{1}
+	return file_launcher_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -579,7 +773,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_launcher_proto_msgTypes[2]
+	mi := &file_launcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +785,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[2]
+	mi := &file_launcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +798,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{2}
+	return file_launcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Firmware) GetUuid() string {
@@ -639,7 +833,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_launcher_proto_msgTypes[3]
+	mi := &file_launcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +845,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[3]
+	mi := &file_launcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +858,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{3}
+	return file_launcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -710,7 +904,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_launcher_proto_msgTypes[4]
+	mi := &file_launcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +916,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[4]
+	mi := &file_launcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +929,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{4}
+	return file_launcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Disk) GetName() string {
@@ -862,7 +1056,7 @@ type ContainerDiskSource struct {
 
 func (x *ContainerDiskSource) Reset() {
 	*x = ContainerDiskSource{}
-	mi := &file_launcher_proto_msgTypes[5]
+	mi := &file_launcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1068,7 @@ func (x *ContainerDiskSource) String() string {
 func (*ContainerDiskSource) ProtoMessage() {}
 
 func (x *ContainerDiskSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[5]
+	mi := &file_launcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1081,7 @@ func (x *ContainerDiskSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerDiskSource.ProtoReflect.Descriptor instead.
 func (*ContainerDiskSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{5}
+	return file_launcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ContainerDiskSource) GetBasePath() string {
@@ -917,7 +1111,7 @@ type FileSource struct {
 
 func (x *FileSource) Reset() {
 	*x = FileSource{}
-	mi := &file_launcher_proto_msgTypes[6]
+	mi := &file_launcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1123,7 @@ func (x *FileSource) String() string {
 func (*FileSource) ProtoMessage() {}
 
 func (x *FileSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[6]
+	mi := &file_launcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1136,7 @@ func (x *FileSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSource.ProtoReflect.Descriptor instead.
 func (*FileSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{6}
+	return file_launcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FileSource) GetPath() string {
@@ -976,7 +1170,7 @@ type EmptyDiskSource struct {
 
 func (x *EmptyDiskSource) Reset() {
 	*x = EmptyDiskSource{}
-	mi := &file_launcher_proto_msgTypes[7]
+	mi := &file_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1182,7 @@ func (x *EmptyDiskSource) String() string {
 func (*EmptyDiskSource) ProtoMessage() {}
 
 func (x *EmptyDiskSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[7]
+	mi := &file_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1195,7 @@ func (x *EmptyDiskSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmptyDiskSource.ProtoReflect.Descriptor instead.
 func (*EmptyDiskSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{7}
+	return file_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EmptyDiskSource) GetCapacityBytes() uint64 {
@@ -1023,7 +1217,7 @@ type CloudInitNoCloudSource struct {
 
 func (x *CloudInitNoCloudSource) Reset() {
 	*x = CloudInitNoCloudSource{}
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1229,7 @@ func (x *CloudInitNoCloudSource) String() string {
 func (*CloudInitNoCloudSource) ProtoMessage() {}
 
 func (x *CloudInitNoCloudSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1242,7 @@ func (x *CloudInitNoCloudSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloudInitNoCloudSource.ProtoReflect.Descriptor instead.
 func (*CloudInitNoCloudSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{8}
+	return file_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CloudInitNoCloudSource) GetUserData() string {
@@ -1087,7 +1281,7 @@ type Interface struct {
 
 func (x *Interface) Reset() {
 	*x = Interface{}
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1293,7 @@ func (x *Interface) String() string {
 func (*Interface) ProtoMessage() {}
 
 func (x *Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1306,7 @@ func (x *Interface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interface.ProtoReflect.Descriptor instead.
 func (*Interface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{9}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Interface) GetName() string {
@@ -1157,14 +1351,16 @@ type Devices struct {
 	MemBalloon    bool                   `protobuf:"varint,3,opt,name=mem_balloon,json=memBalloon,proto3" json:"mem_balloon,omitempty"`
 	Rng           bool                   `protobuf:"varint,4,opt,name=rng,proto3" json:"rng,omitempty"`
 	// A virtio-serial channel org.qemu.guest_agent.0 for the guest's qemu-ga.
-	GuestAgent    bool `protobuf:"varint,5,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
+	GuestAgent bool `protobuf:"varint,5,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
+	// A vhost-vsock device (KubeVirt's autoattachVSOCK); absent without one.
+	Vsock         *VSOCK `protobuf:"bytes,6,opt,name=vsock,proto3" json:"vsock,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Devices) Reset() {
 	*x = Devices{}
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1372,7 @@ func (x *Devices) String() string {
 func (*Devices) ProtoMessage() {}
 
 func (x *Devices) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1385,7 @@ func (x *Devices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Devices.ProtoReflect.Descriptor instead.
 func (*Devices) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{10}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Devices) GetSerialConsole() bool {
@@ -1227,6 +1423,67 @@ func (x *Devices) GetGuestAgent() bool {
 	return false
 }
 
+func (x *Devices) GetVsock() *VSOCK {
+	if x != nil {
+		return x.Vsock
+	}
+	return nil
+}
+
+type VSOCK struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The guest's context ID, unique in the cluster.
+	GuestCid uint32 `protobuf:"varint,1,opt,name=guest_cid,json=guestCid,proto3" json:"guest_cid,omitempty"`
+	// Name under which the caller hands in an open /dev/vhost-vsock.
+	VhostFdName   string `protobuf:"bytes,2,opt,name=vhost_fd_name,json=vhostFdName,proto3" json:"vhost_fd_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VSOCK) Reset() {
+	*x = VSOCK{}
+	mi := &file_launcher_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VSOCK) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VSOCK) ProtoMessage() {}
+
+func (x *VSOCK) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VSOCK.ProtoReflect.Descriptor instead.
+func (*VSOCK) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *VSOCK) GetGuestCid() uint32 {
+	if x != nil {
+		return x.GuestCid
+	}
+	return 0
+}
+
+func (x *VSOCK) GetVhostFdName() string {
+	if x != nil {
+		return x.VhostFdName
+	}
+	return ""
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1235,7 +1492,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1504,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1517,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 type SyncRequest struct {
@@ -1272,7 +1529,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1541,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1554,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SyncRequest) GetSpec() *VMSpec {
@@ -1316,7 +1573,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1585,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1598,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ShutdownRequest) GetGracePeriodSeconds() int64 {
@@ -1363,14 +1620,16 @@ type StatusResponse struct {
 	// The VM's migration, outgoing or incoming; absent before any.
 	Migration *MigrationStatus `protobuf:"bytes,7,opt,name=migration,proto3" json:"migration,omitempty"`
 	// What the guest agent last reported; absent without a guest agent channel.
-	GuestAgent    *GuestAgentInfo `protobuf:"bytes,8,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GuestAgent *GuestAgentInfo `protobuf:"bytes,8,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
+	// Whether the guest agent applied the access credentials; absent when none goes through it.
+	AccessCredentials *AccessCredentialsStatus `protobuf:"bytes,9,opt,name=access_credentials,json=accessCredentials,proto3" json:"access_credentials,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1641,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1654,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetState() State {
@@ -1454,6 +1713,66 @@ func (x *StatusResponse) GetGuestAgent() *GuestAgentInfo {
 	return nil
 }
 
+func (x *StatusResponse) GetAccessCredentials() *AccessCredentialsStatus {
+	if x != nil {
+		return x.AccessCredentials
+	}
+	return nil
+}
+
+type AccessCredentialsStatus struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Succeeded bool                   `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	// Why not, when not succeeded.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AccessCredentialsStatus) Reset() {
+	*x = AccessCredentialsStatus{}
+	mi := &file_launcher_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AccessCredentialsStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AccessCredentialsStatus) ProtoMessage() {}
+
+func (x *AccessCredentialsStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AccessCredentialsStatus.ProtoReflect.Descriptor instead.
+func (*AccessCredentialsStatus) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AccessCredentialsStatus) GetSucceeded() bool {
+	if x != nil {
+		return x.Succeeded
+	}
+	return false
+}
+
+func (x *AccessCredentialsStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // GuestAgentInfo is the guest's qemu-ga: whether it answers, and what it says.
 type GuestAgentInfo struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -1471,7 +1790,7 @@ type GuestAgentInfo struct {
 
 func (x *GuestAgentInfo) Reset() {
 	*x = GuestAgentInfo{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1802,7 @@ func (x *GuestAgentInfo) String() string {
 func (*GuestAgentInfo) ProtoMessage() {}
 
 func (x *GuestAgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1815,7 @@ func (x *GuestAgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestAgentInfo.ProtoReflect.Descriptor instead.
 func (*GuestAgentInfo) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GuestAgentInfo) GetConnected() bool {
@@ -1571,7 +1890,7 @@ type GuestOSInfo struct {
 
 func (x *GuestOSInfo) Reset() {
 	*x = GuestOSInfo{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1902,7 @@ func (x *GuestOSInfo) String() string {
 func (*GuestOSInfo) ProtoMessage() {}
 
 func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1915,7 @@ func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOSInfo.ProtoReflect.Descriptor instead.
 func (*GuestOSInfo) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GuestOSInfo) GetName() string {
@@ -1667,7 +1986,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1998,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +2011,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -1727,7 +2046,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +2058,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +2071,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GuestUser) GetName() string {
@@ -1789,7 +2108,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2120,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2133,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GuestFilesystem) GetDiskName() string {
@@ -1886,7 +2205,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2217,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2230,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MigrationStatus) GetState() string {
@@ -2055,7 +2374,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2386,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2399,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MigrateRequest) GetSocketPath() string {
@@ -2153,7 +2472,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2484,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2497,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -2234,7 +2553,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2565,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2578,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatsResponse) GetUnixNano() int64 {
@@ -2320,7 +2639,7 @@ type DirtyRate struct {
 
 func (x *DirtyRate) Reset() {
 	*x = DirtyRate{}
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2651,7 @@ func (x *DirtyRate) String() string {
 func (*DirtyRate) ProtoMessage() {}
 
 func (x *DirtyRate) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2664,7 @@ func (x *DirtyRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirtyRate.ProtoReflect.Descriptor instead.
 func (*DirtyRate) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{24}
+	return file_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DirtyRate) GetBytesPerSecond() uint64 {
@@ -2365,7 +2684,7 @@ type CPUStats struct {
 
 func (x *CPUStats) Reset() {
 	*x = CPUStats{}
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2696,7 @@ func (x *CPUStats) String() string {
 func (*CPUStats) ProtoMessage() {}
 
 func (x *CPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2709,7 @@ func (x *CPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUStats.ProtoReflect.Descriptor instead.
 func (*CPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{25}
+	return file_launcher_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CPUStats) GetUserNs() uint64 {
@@ -2420,7 +2739,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2751,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2764,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{26}
+	return file_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *VCPUStats) GetId() uint32 {
@@ -2504,7 +2823,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2835,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2848,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{27}
+	return file_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -2626,7 +2945,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2957,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2970,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{28}
+	return file_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BlockStats) GetDrive() string {
@@ -2726,7 +3045,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +3057,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +3070,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{29}
+	return file_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -2765,7 +3084,7 @@ var File_launcher_proto protoreflect.FileDescriptor
 
 const file_launcher_proto_rawDesc = "" +
 	"\n" +
-	"\x0elauncher.proto\x12\x11qvirt.launcher.v1\"\xff\x03\n" +
+	"\x0elauncher.proto\x12\x11qvirt.launcher.v1\"\xd3\x04\n" +
 	"\x06VMSpec\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -2782,7 +3101,17 @@ const file_launcher_proto_rawDesc = "" +
 	"interfaces\x18\v \x03(\v2\x1c.qvirt.launcher.v1.InterfaceR\n" +
 	"interfaces\x124\n" +
 	"\adevices\x18\f \x01(\v2\x1a.qvirt.launcher.v1.DevicesR\adevices\x12!\n" +
-	"\fstart_paused\x18\r \x01(\bR\vstartPaused\"e\n" +
+	"\fstart_paused\x18\r \x01(\bR\vstartPaused\x12R\n" +
+	"\x12access_credentials\x18\x0e \x03(\v2#.qvirt.launcher.v1.AccessCredentialR\x11accessCredentials\"\xc3\x01\n" +
+	"\x10AccessCredential\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12J\n" +
+	"\x0fssh_public_keys\x18\x02 \x01(\v2 .qvirt.launcher.v1.SSHPublicKeysH\x00R\rsshPublicKeys\x12I\n" +
+	"\x0euser_passwords\x18\x03 \x01(\v2 .qvirt.launcher.v1.UserPasswordsH\x00R\ruserPasswordsB\x06\n" +
+	"\x04kind\"V\n" +
+	"\rSSHPublicKeys\x12\x19\n" +
+	"\bno_cloud\x18\x01 \x01(\bR\anoCloud\x12*\n" +
+	"\x11guest_agent_users\x18\x02 \x03(\tR\x0fguestAgentUsers\"\x0f\n" +
+	"\rUserPasswords\"e\n" +
 	"\x03CPU\x12\x18\n" +
 	"\asockets\x18\x01 \x01(\rR\asockets\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\rR\x05cores\x12\x18\n" +
@@ -2837,7 +3166,7 @@ const file_launcher_proto_rawDesc = "" +
 	"macAddress\x12\x1e\n" +
 	"\vtap_fd_name\x18\x04 \x01(\tR\ttapFdName\x12\x1d\n" +
 	"\n" +
-	"boot_order\x18\x05 \x01(\rR\tbootOrder\"\x96\x01\n" +
+	"boot_order\x18\x05 \x01(\rR\tbootOrder\"\xc6\x01\n" +
 	"\aDevices\x12%\n" +
 	"\x0eserial_console\x18\x01 \x01(\bR\rserialConsole\x12\x10\n" +
 	"\x03vnc\x18\x02 \x01(\bR\x03vnc\x12\x1f\n" +
@@ -2845,12 +3174,16 @@ const file_launcher_proto_rawDesc = "" +
 	"memBalloon\x12\x10\n" +
 	"\x03rng\x18\x04 \x01(\bR\x03rng\x12\x1f\n" +
 	"\vguest_agent\x18\x05 \x01(\bR\n" +
-	"guestAgent\"\a\n" +
+	"guestAgent\x12.\n" +
+	"\x05vsock\x18\x06 \x01(\v2\x18.qvirt.launcher.v1.VSOCKR\x05vsock\"H\n" +
+	"\x05VSOCK\x12\x1b\n" +
+	"\tguest_cid\x18\x01 \x01(\rR\bguestCid\x12\"\n" +
+	"\rvhost_fd_name\x18\x02 \x01(\tR\vvhostFdName\"\a\n" +
 	"\x05Empty\"<\n" +
 	"\vSyncRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.qvirt.launcher.v1.VMSpecR\x04spec\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\x86\x03\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xe1\x03\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.qvirt.launcher.v1.StateR\x05state\x12>\n" +
 	"\vexit_reason\x18\x02 \x01(\x0e2\x1d.qvirt.launcher.v1.ExitReasonR\n" +
@@ -2862,7 +3195,11 @@ const file_launcher_proto_rawDesc = "" +
 	"\x11started_unix_nano\x18\x06 \x01(\x03R\x0fstartedUnixNano\x12@\n" +
 	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\x12B\n" +
 	"\vguest_agent\x18\b \x01(\v2!.qvirt.launcher.v1.GuestAgentInfoR\n" +
-	"guestAgent\"\x80\x03\n" +
+	"guestAgent\x12Y\n" +
+	"\x12access_credentials\x18\t \x01(\v2*.qvirt.launcher.v1.AccessCredentialsStatusR\x11accessCredentials\"Q\n" +
+	"\x17AccessCredentialsStatus\x12\x1c\n" +
+	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x80\x03\n" +
 	"\x0eGuestAgentInfo\x12\x1c\n" +
 	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12.\n" +
@@ -3058,111 +3395,121 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_launcher_proto_goTypes = []any{
-	(Accel)(0),                     // 0: qvirt.launcher.v1.Accel
-	(Bus)(0),                       // 1: qvirt.launcher.v1.Bus
-	(DiskDevice)(0),                // 2: qvirt.launcher.v1.DiskDevice
-	(ImageFormat)(0),               // 3: qvirt.launcher.v1.ImageFormat
-	(State)(0),                     // 4: qvirt.launcher.v1.State
-	(ExitReason)(0),                // 5: qvirt.launcher.v1.ExitReason
-	(*VMSpec)(nil),                 // 6: qvirt.launcher.v1.VMSpec
-	(*CPU)(nil),                    // 7: qvirt.launcher.v1.CPU
-	(*Firmware)(nil),               // 8: qvirt.launcher.v1.Firmware
-	(*KernelBoot)(nil),             // 9: qvirt.launcher.v1.KernelBoot
-	(*Disk)(nil),                   // 10: qvirt.launcher.v1.Disk
-	(*ContainerDiskSource)(nil),    // 11: qvirt.launcher.v1.ContainerDiskSource
-	(*FileSource)(nil),             // 12: qvirt.launcher.v1.FileSource
-	(*EmptyDiskSource)(nil),        // 13: qvirt.launcher.v1.EmptyDiskSource
-	(*CloudInitNoCloudSource)(nil), // 14: qvirt.launcher.v1.CloudInitNoCloudSource
-	(*Interface)(nil),              // 15: qvirt.launcher.v1.Interface
-	(*Devices)(nil),                // 16: qvirt.launcher.v1.Devices
-	(*Empty)(nil),                  // 17: qvirt.launcher.v1.Empty
-	(*SyncRequest)(nil),            // 18: qvirt.launcher.v1.SyncRequest
-	(*ShutdownRequest)(nil),        // 19: qvirt.launcher.v1.ShutdownRequest
-	(*StatusResponse)(nil),         // 20: qvirt.launcher.v1.StatusResponse
-	(*GuestAgentInfo)(nil),         // 21: qvirt.launcher.v1.GuestAgentInfo
-	(*GuestOSInfo)(nil),            // 22: qvirt.launcher.v1.GuestOSInfo
-	(*GuestInterface)(nil),         // 23: qvirt.launcher.v1.GuestInterface
-	(*GuestUser)(nil),              // 24: qvirt.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),        // 25: qvirt.launcher.v1.GuestFilesystem
-	(*MigrationStatus)(nil),        // 26: qvirt.launcher.v1.MigrationStatus
-	(*MigrateRequest)(nil),         // 27: qvirt.launcher.v1.MigrateRequest
-	(*Event)(nil),                  // 28: qvirt.launcher.v1.Event
-	(*StatsResponse)(nil),          // 29: qvirt.launcher.v1.StatsResponse
-	(*DirtyRate)(nil),              // 30: qvirt.launcher.v1.DirtyRate
-	(*CPUStats)(nil),               // 31: qvirt.launcher.v1.CPUStats
-	(*VCPUStats)(nil),              // 32: qvirt.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),            // 33: qvirt.launcher.v1.MemoryStats
-	(*BlockStats)(nil),             // 34: qvirt.launcher.v1.BlockStats
-	(*ScreenshotResponse)(nil),     // 35: qvirt.launcher.v1.ScreenshotResponse
+	(Accel)(0),                      // 0: qvirt.launcher.v1.Accel
+	(Bus)(0),                        // 1: qvirt.launcher.v1.Bus
+	(DiskDevice)(0),                 // 2: qvirt.launcher.v1.DiskDevice
+	(ImageFormat)(0),                // 3: qvirt.launcher.v1.ImageFormat
+	(State)(0),                      // 4: qvirt.launcher.v1.State
+	(ExitReason)(0),                 // 5: qvirt.launcher.v1.ExitReason
+	(*VMSpec)(nil),                  // 6: qvirt.launcher.v1.VMSpec
+	(*AccessCredential)(nil),        // 7: qvirt.launcher.v1.AccessCredential
+	(*SSHPublicKeys)(nil),           // 8: qvirt.launcher.v1.SSHPublicKeys
+	(*UserPasswords)(nil),           // 9: qvirt.launcher.v1.UserPasswords
+	(*CPU)(nil),                     // 10: qvirt.launcher.v1.CPU
+	(*Firmware)(nil),                // 11: qvirt.launcher.v1.Firmware
+	(*KernelBoot)(nil),              // 12: qvirt.launcher.v1.KernelBoot
+	(*Disk)(nil),                    // 13: qvirt.launcher.v1.Disk
+	(*ContainerDiskSource)(nil),     // 14: qvirt.launcher.v1.ContainerDiskSource
+	(*FileSource)(nil),              // 15: qvirt.launcher.v1.FileSource
+	(*EmptyDiskSource)(nil),         // 16: qvirt.launcher.v1.EmptyDiskSource
+	(*CloudInitNoCloudSource)(nil),  // 17: qvirt.launcher.v1.CloudInitNoCloudSource
+	(*Interface)(nil),               // 18: qvirt.launcher.v1.Interface
+	(*Devices)(nil),                 // 19: qvirt.launcher.v1.Devices
+	(*VSOCK)(nil),                   // 20: qvirt.launcher.v1.VSOCK
+	(*Empty)(nil),                   // 21: qvirt.launcher.v1.Empty
+	(*SyncRequest)(nil),             // 22: qvirt.launcher.v1.SyncRequest
+	(*ShutdownRequest)(nil),         // 23: qvirt.launcher.v1.ShutdownRequest
+	(*StatusResponse)(nil),          // 24: qvirt.launcher.v1.StatusResponse
+	(*AccessCredentialsStatus)(nil), // 25: qvirt.launcher.v1.AccessCredentialsStatus
+	(*GuestAgentInfo)(nil),          // 26: qvirt.launcher.v1.GuestAgentInfo
+	(*GuestOSInfo)(nil),             // 27: qvirt.launcher.v1.GuestOSInfo
+	(*GuestInterface)(nil),          // 28: qvirt.launcher.v1.GuestInterface
+	(*GuestUser)(nil),               // 29: qvirt.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),         // 30: qvirt.launcher.v1.GuestFilesystem
+	(*MigrationStatus)(nil),         // 31: qvirt.launcher.v1.MigrationStatus
+	(*MigrateRequest)(nil),          // 32: qvirt.launcher.v1.MigrateRequest
+	(*Event)(nil),                   // 33: qvirt.launcher.v1.Event
+	(*StatsResponse)(nil),           // 34: qvirt.launcher.v1.StatsResponse
+	(*DirtyRate)(nil),               // 35: qvirt.launcher.v1.DirtyRate
+	(*CPUStats)(nil),                // 36: qvirt.launcher.v1.CPUStats
+	(*VCPUStats)(nil),               // 37: qvirt.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),             // 38: qvirt.launcher.v1.MemoryStats
+	(*BlockStats)(nil),              // 39: qvirt.launcher.v1.BlockStats
+	(*ScreenshotResponse)(nil),      // 40: qvirt.launcher.v1.ScreenshotResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	0,  // 0: qvirt.launcher.v1.VMSpec.accel:type_name -> qvirt.launcher.v1.Accel
-	7,  // 1: qvirt.launcher.v1.VMSpec.cpu:type_name -> qvirt.launcher.v1.CPU
-	8,  // 2: qvirt.launcher.v1.VMSpec.firmware:type_name -> qvirt.launcher.v1.Firmware
-	10, // 3: qvirt.launcher.v1.VMSpec.disks:type_name -> qvirt.launcher.v1.Disk
-	15, // 4: qvirt.launcher.v1.VMSpec.interfaces:type_name -> qvirt.launcher.v1.Interface
-	16, // 5: qvirt.launcher.v1.VMSpec.devices:type_name -> qvirt.launcher.v1.Devices
-	9,  // 6: qvirt.launcher.v1.Firmware.kernel_boot:type_name -> qvirt.launcher.v1.KernelBoot
-	1,  // 7: qvirt.launcher.v1.Disk.bus:type_name -> qvirt.launcher.v1.Bus
-	2,  // 8: qvirt.launcher.v1.Disk.device:type_name -> qvirt.launcher.v1.DiskDevice
-	11, // 9: qvirt.launcher.v1.Disk.container_disk:type_name -> qvirt.launcher.v1.ContainerDiskSource
-	12, // 10: qvirt.launcher.v1.Disk.file:type_name -> qvirt.launcher.v1.FileSource
-	13, // 11: qvirt.launcher.v1.Disk.empty_disk:type_name -> qvirt.launcher.v1.EmptyDiskSource
-	14, // 12: qvirt.launcher.v1.Disk.cloud_init_no_cloud:type_name -> qvirt.launcher.v1.CloudInitNoCloudSource
-	3,  // 13: qvirt.launcher.v1.ContainerDiskSource.base_format:type_name -> qvirt.launcher.v1.ImageFormat
-	3,  // 14: qvirt.launcher.v1.FileSource.format:type_name -> qvirt.launcher.v1.ImageFormat
-	6,  // 15: qvirt.launcher.v1.SyncRequest.spec:type_name -> qvirt.launcher.v1.VMSpec
-	4,  // 16: qvirt.launcher.v1.StatusResponse.state:type_name -> qvirt.launcher.v1.State
-	5,  // 17: qvirt.launcher.v1.StatusResponse.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	26, // 18: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	21, // 19: qvirt.launcher.v1.StatusResponse.guest_agent:type_name -> qvirt.launcher.v1.GuestAgentInfo
-	22, // 20: qvirt.launcher.v1.GuestAgentInfo.os:type_name -> qvirt.launcher.v1.GuestOSInfo
-	23, // 21: qvirt.launcher.v1.GuestAgentInfo.interfaces:type_name -> qvirt.launcher.v1.GuestInterface
-	24, // 22: qvirt.launcher.v1.GuestAgentInfo.users:type_name -> qvirt.launcher.v1.GuestUser
-	25, // 23: qvirt.launcher.v1.GuestAgentInfo.filesystems:type_name -> qvirt.launcher.v1.GuestFilesystem
-	4,  // 24: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
-	5,  // 25: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	31, // 26: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
-	32, // 27: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
-	33, // 28: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
-	34, // 29: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
-	26, // 30: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	30, // 31: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
-	18, // 32: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
-	17, // 33: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
-	17, // 34: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
-	19, // 35: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
-	17, // 36: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
-	17, // 37: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	17, // 38: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
-	17, // 39: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	17, // 40: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	17, // 41: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	17, // 42: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	18, // 43: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
-	27, // 44: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
-	17, // 45: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
-	20, // 46: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 47: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 48: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 49: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 50: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 51: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 52: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
-	29, // 53: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	20, // 54: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	35, // 55: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	28, // 56: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	20, // 57: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 58: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
-	20, // 59: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
-	46, // [46:60] is the sub-list for method output_type
-	32, // [32:46] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	10, // 1: qvirt.launcher.v1.VMSpec.cpu:type_name -> qvirt.launcher.v1.CPU
+	11, // 2: qvirt.launcher.v1.VMSpec.firmware:type_name -> qvirt.launcher.v1.Firmware
+	13, // 3: qvirt.launcher.v1.VMSpec.disks:type_name -> qvirt.launcher.v1.Disk
+	18, // 4: qvirt.launcher.v1.VMSpec.interfaces:type_name -> qvirt.launcher.v1.Interface
+	19, // 5: qvirt.launcher.v1.VMSpec.devices:type_name -> qvirt.launcher.v1.Devices
+	7,  // 6: qvirt.launcher.v1.VMSpec.access_credentials:type_name -> qvirt.launcher.v1.AccessCredential
+	8,  // 7: qvirt.launcher.v1.AccessCredential.ssh_public_keys:type_name -> qvirt.launcher.v1.SSHPublicKeys
+	9,  // 8: qvirt.launcher.v1.AccessCredential.user_passwords:type_name -> qvirt.launcher.v1.UserPasswords
+	12, // 9: qvirt.launcher.v1.Firmware.kernel_boot:type_name -> qvirt.launcher.v1.KernelBoot
+	1,  // 10: qvirt.launcher.v1.Disk.bus:type_name -> qvirt.launcher.v1.Bus
+	2,  // 11: qvirt.launcher.v1.Disk.device:type_name -> qvirt.launcher.v1.DiskDevice
+	14, // 12: qvirt.launcher.v1.Disk.container_disk:type_name -> qvirt.launcher.v1.ContainerDiskSource
+	15, // 13: qvirt.launcher.v1.Disk.file:type_name -> qvirt.launcher.v1.FileSource
+	16, // 14: qvirt.launcher.v1.Disk.empty_disk:type_name -> qvirt.launcher.v1.EmptyDiskSource
+	17, // 15: qvirt.launcher.v1.Disk.cloud_init_no_cloud:type_name -> qvirt.launcher.v1.CloudInitNoCloudSource
+	3,  // 16: qvirt.launcher.v1.ContainerDiskSource.base_format:type_name -> qvirt.launcher.v1.ImageFormat
+	3,  // 17: qvirt.launcher.v1.FileSource.format:type_name -> qvirt.launcher.v1.ImageFormat
+	20, // 18: qvirt.launcher.v1.Devices.vsock:type_name -> qvirt.launcher.v1.VSOCK
+	6,  // 19: qvirt.launcher.v1.SyncRequest.spec:type_name -> qvirt.launcher.v1.VMSpec
+	4,  // 20: qvirt.launcher.v1.StatusResponse.state:type_name -> qvirt.launcher.v1.State
+	5,  // 21: qvirt.launcher.v1.StatusResponse.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
+	31, // 22: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	26, // 23: qvirt.launcher.v1.StatusResponse.guest_agent:type_name -> qvirt.launcher.v1.GuestAgentInfo
+	25, // 24: qvirt.launcher.v1.StatusResponse.access_credentials:type_name -> qvirt.launcher.v1.AccessCredentialsStatus
+	27, // 25: qvirt.launcher.v1.GuestAgentInfo.os:type_name -> qvirt.launcher.v1.GuestOSInfo
+	28, // 26: qvirt.launcher.v1.GuestAgentInfo.interfaces:type_name -> qvirt.launcher.v1.GuestInterface
+	29, // 27: qvirt.launcher.v1.GuestAgentInfo.users:type_name -> qvirt.launcher.v1.GuestUser
+	30, // 28: qvirt.launcher.v1.GuestAgentInfo.filesystems:type_name -> qvirt.launcher.v1.GuestFilesystem
+	4,  // 29: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
+	5,  // 30: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
+	36, // 31: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
+	37, // 32: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
+	38, // 33: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
+	39, // 34: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
+	31, // 35: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	35, // 36: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
+	22, // 37: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
+	21, // 38: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
+	21, // 39: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
+	23, // 40: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
+	21, // 41: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
+	21, // 42: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
+	21, // 43: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	21, // 44: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	21, // 45: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	21, // 46: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	21, // 47: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	22, // 48: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
+	32, // 49: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
+	21, // 50: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
+	24, // 51: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 52: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 53: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 54: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 55: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 56: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 57: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	34, // 58: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	24, // 59: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	40, // 60: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	33, // 61: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	24, // 62: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 63: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
+	24, // 64: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
+	51, // [51:65] is the sub-list for method output_type
+	37, // [37:51] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -3170,7 +3517,11 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[4].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[1].OneofWrappers = []any{
+		(*AccessCredential_SshPublicKeys)(nil),
+		(*AccessCredential_UserPasswords)(nil),
+	}
+	file_launcher_proto_msgTypes[7].OneofWrappers = []any{
 		(*Disk_ContainerDisk)(nil),
 		(*Disk_File)(nil),
 		(*Disk_EmptyDisk)(nil),
@@ -3182,7 +3533,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   30,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

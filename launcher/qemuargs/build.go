@@ -182,6 +182,10 @@ func deviceArgs(dev *launcherapi.Devices, l Layout) []string {
 		a = append(a, socketChardev{ID: "qga0", Path: l.GuestAgentSocket()}.args()...)
 		a = append(a, "-device", "virtserialport,bus=virtio-serial0.0,chardev=qga0,name=org.qemu.guest_agent.0,id=channel0")
 	}
+	if vs := dev.GetVsock(); vs != nil {
+		// QEMU gets /dev/vhost-vsock open: the launcher's container has no access to the device.
+		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock0,guest-cid=%d,vhostfd=%d", vs.GuestCid, l.TapFDs[vs.VhostFdName]))
+	}
 	return a
 }
 

@@ -310,3 +310,32 @@ func TestBuildRejectsASerialLogFDOfATap(t *testing.T) {
 		t.Fatalf("Build(%q) error %v, want the descriptor refused", argv, err)
 	}
 }
+
+// TestVSOCKUsesTheHandedInDevice: QEMU gets the vhost-vsock device as an inherited descriptor,
+// with the guest's context ID; a missing descriptor or a reserved ID is refused.
+func TestVSOCKUsesTheHandedInDevice(t *testing.T) {
+	l := testLayout()
+	l.TapFDs["vhost-vsock"] = 9
+	spec := with(func(s *launcherapi.VMSpec) {
+		s.Devices = &launcherapi.Devices{Vsock: &launcherapi.VSOCK{GuestCid: 42, VhostFdName: "vhost-vsock"}}
+	})
+	argv, err := Build(spec, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(argv, " "), "-device vhost-vsock-pci,id=vsock0,guest-cid=42,vhostfd=9") {
+		t.Errorf("no vhost-vsock device in %v", argv)
+	}
+	for _, tc := range []struct {
+		vs   *launcherapi.VSOCK
+		want string
+	}{
+		{&launcherapi.VSOCK{GuestCid: 2, VhostFdName: "vhost-vsock"}, "spec.devices.vsock.guest_cid"},
+		{&launcherapi.VSOCK{GuestCid: 3, VhostFdName: "other"}, "spec.devices.vsock.vhost_fd_name"},
+	} {
+		spec := with(func(s *launcherapi.VMSpec) { s.Devices = &launcherapi.Devices{Vsock: tc.vs} })
+		if _, err := Build(spec, l); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error at %s", tc.vs, err, tc.want)
+		}
+	}
+}

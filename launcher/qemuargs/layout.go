@@ -13,7 +13,8 @@ type Layout struct {
 	// EphemeralDir holds the containerDisk overlays; empty means DisksDir. A launcher pod points
 	// it at its own emptyDir, so that an overlay goes with the pod.
 	EphemeralDir string
-	// TapFDs maps an interface's tap_fd_name to the descriptor number QEMU inherits.
+	// TapFDs maps the name of each descriptor the caller handed in (an interface's tap_fd_name,
+	// the vhost-vsock device's) to the descriptor number QEMU inherits.
 	TapFDs map[string]int
 	// SerialLogFD is the descriptor number QEMU inherits to write the serial console's log
 	// into: the launcher reads the other end and keeps SerialLog, capped (QEMU's own logfile

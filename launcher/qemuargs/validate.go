@@ -56,6 +56,15 @@ func Validate(spec *launcherapi.VMSpec, l Layout) field.ErrorList {
 	}
 	errs = append(errs, validateDisks(spec.Disks, root.Child("disks"))...)
 	errs = append(errs, validateInterfaces(spec.Interfaces, l, root.Child("interfaces"))...)
+	if vs := spec.GetDevices().GetVsock(); vs != nil {
+		vp := root.Child("devices", "vsock")
+		if vs.GuestCid < 3 {
+			errs = append(errs, field.Invalid(vp.Child("guest_cid"), vs.GuestCid, "context IDs 0-2 are reserved"))
+		}
+		if _, ok := l.TapFDs[vs.VhostFdName]; !ok {
+			errs = append(errs, field.NotFound(vp.Child("vhost_fd_name"), vs.VhostFdName))
+		}
+	}
 	return errs
 }
 

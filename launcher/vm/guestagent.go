@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/qvirt/qvirt/launcher/accesscred"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 	"github.com/qvirt/qvirt/launcher/guestagent"
 )
@@ -25,14 +26,31 @@ func (v *VM) followGuestAgent() {
 			c.Close()
 		}
 	}()
+	v.mu.Lock()
+	credSpec := v.spec.GetAccessCredentials()
+	v.mu.Unlock()
+	withCreds := accesscred.ThroughGuestAgent(credSpec)
+	var creds credentialSync
 	for {
 		info := v.askGuestAgent(&c)
+		var cs *launcherapi.AccessCredentialsStatus
+		if withCreds {
+			cs = v.syncCredentials(c, credSpec, &creds)
+		}
 		v.mu.Lock()
+		changed := false
 		if !proto.Equal(info, v.status.GuestAgent) {
 			if info.Connected != v.status.GetGuestAgent().GetConnected() {
 				v.log.Info("guest agent", "connected", info.Connected, "version", info.Version)
 			}
 			v.status.GuestAgent = info
+			changed = true
+		}
+		if cs != nil && !proto.Equal(cs, v.status.AccessCredentials) {
+			v.status.AccessCredentials = cs
+			changed = true
+		}
+		if changed {
 			v.publishLocked(agentEvent)
 		}
 		v.mu.Unlock()

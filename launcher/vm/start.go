@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/qvirt/qvirt/launcher/accesscred"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 	"github.com/qvirt/qvirt/launcher/disks"
 	"github.com/qvirt/qvirt/launcher/qemuargs"
@@ -86,7 +87,13 @@ func (v *VM) start(ctx context.Context, spec *launcherapi.VMSpec, incoming bool)
 			return nil
 		}},
 		{"prepare-dir", v.prepareDir},
-		{"prepare-disks", func(ctx context.Context) error { return disks.Prepare(ctx, spec, v.layout, v.log) }},
+		{"prepare-disks", func(ctx context.Context) error {
+			seeded, err := accesscred.WithSeedKeys(spec)
+			if err != nil {
+				return err
+			}
+			return disks.Prepare(ctx, seeded, v.layout, v.log)
+		}},
 		{"start-qemu", func(context.Context) error { return v.startQEMU(argv, taps) }},
 		{"connect-qmp", v.connectQMP},
 		{"configure", v.configure},

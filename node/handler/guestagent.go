@@ -50,6 +50,16 @@ func applyGuestAgent(vmi *v1.VirtualMachineInstance, ga *launcherapi.GuestAgentI
 	}
 }
 
+// applyAccessCredentials reports whether the guest agent applied the VMI's access credentials,
+// as KubeVirt's AccessCredentialsSynchronized condition: a status and, on a failure, why.
+func applyAccessCredentials(vmi *v1.VirtualMachineInstance, ac *launcherapi.AccessCredentialsStatus) {
+	if ac == nil {
+		removeCondition(vmi, v1.VirtualMachineInstanceAccessCredentialsSynchronized)
+		return
+	}
+	setCondition(vmi, v1.VirtualMachineInstanceAccessCredentialsSynchronized, ac.Succeeded, "", ac.Message)
+}
+
 func removeCondition(vmi *v1.VirtualMachineInstance, t v1.VirtualMachineInstanceConditionType) {
 	kept := vmi.Status.Conditions[:0]
 	for _, c := range vmi.Status.Conditions {

@@ -36,7 +36,12 @@ type Options struct {
 	MaxPortForwardsPerVMI int
 	// Migration lets the agent carry live migrations; nil: a migration from or to this node fails.
 	Migration *MigrationOptions
-	Log       logr.Logger
+	// VhostVsockPath is the vhost-vsock device VMs with autoattachVSOCK get; empty:
+	// DefaultVhostVsockPath.
+	VhostVsockPath string
+	// VSOCK dials into guests (the vsock subresource); nil: AF_VSOCK.
+	VSOCK VSOCKDialer
+	Log   logr.Logger
 }
 
 // Defaults of Options.

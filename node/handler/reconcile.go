@@ -157,6 +157,13 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 		return nil, err
 	}
 	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), Images: images, NICs: map[string]launcherspec.NIC{}}
+	if len(vmi.Spec.AccessCredentials) > 0 {
+		pod, err := h.launcherPod(ctx, vmi)
+		if err != nil {
+			return nil, err
+		}
+		env.SecretDirs = launcherspec.SecretDirs(pod)
+	}
 	taps := map[string]*os.File{}
 	for name, nic := range nics {
 		if nic.Tap == nil {
@@ -166,6 +173,19 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 		fdName := "tap-" + name
 		env.NICs[name] = launcherspec.NIC{TapFDName: fdName, MAC: nic.MAC}
 		taps[fdName] = nic.Tap
+	}
+	vhostPath := h.opts.VhostVsockPath
+	if vhostPath == "" {
+		vhostPath = DefaultVhostVsockPath
+	}
+	vsockDev, vsock, err := openVSOCK(vmi, vhostPath, h.opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	if vsockDev != nil {
+		defer vsockDev.Close()
+		taps[vsockFDName] = vsockDev
+		env.VSOCK = vsock
 	}
 	spec, err := launcherspec.Build(vmi, env)
 	if err != nil {

@@ -97,7 +97,8 @@ func (h *Handler) Snapshot() []metrics.VM {
 	for _, st := range states {
 		st.mu.Lock()
 		if st.stats != nil && running(st.last) {
-			out = append(out, metrics.VM{Namespace: st.key.Namespace, Name: st.key.Name, Labels: st.labels, Stats: st.stats, Interfaces: st.net})
+			out = append(out, metrics.VM{Namespace: st.key.Namespace, Name: st.key.Name, Labels: st.labels, Stats: st.stats, Interfaces: st.net,
+				Filesystems: st.last.GetGuestAgent().GetFilesystems()})
 		}
 		st.mu.Unlock()
 	}

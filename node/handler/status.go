@@ -53,6 +53,7 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		setCondition(vmi, v1.VirtualMachineInstanceIsMigratable, migratable, reason, msg)
 		vmi.Status.Interfaces = interfaces(vmi, nics)
 		applyGuestAgent(vmi, ls.GetGuestAgent())
+		applyAccessCredentials(vmi, ls.GetAccessCredentials())
 	case launcherapi.State_STATE_STOPPED:
 		setPhase(vmi, v1.Succeeded)
 		vmi.Status.Reason = ls.ExitReason.String()

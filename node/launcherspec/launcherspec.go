@@ -5,6 +5,7 @@ package launcherspec
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,6 +52,11 @@ type Env struct {
 	NICs map[string]NIC
 	// PVCPath returns the disk image path of a persistent volume claim in the launcher pod.
 	PVCPath func(claimName string) (string, error)
+	// SecretDirs is where each secret of the VMI's accessCredentials appears in the launcher's
+	// container, by secret name.
+	SecretDirs map[string]string
+	// VSOCK is the VM's vhost-vsock device, which the node opened; nil: none.
+	VSOCK *launcherapi.VSOCK
 }
 
 // noImages is the resolver of a launcher pod that mounts no image: every image is missing.
@@ -82,6 +88,7 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 			Rng:           dom.Devices.Rng != nil,
 			// KubeVirt gives every VM the guest agent channel.
 			GuestAgent: true,
+			Vsock:      env.VSOCK,
 		},
 	}
 	if env.UseEmulation {
@@ -103,6 +110,9 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 
 	disks, derrs := disks(vmi, env)
 	out.Disks, errs = disks, append(errs, derrs...)
+
+	creds, cerrs := accessCredentials(spec, env)
+	out.AccessCredentials, errs = creds, append(errs, cerrs...)
 
 	for i, in := range dom.Devices.Interfaces {
 		nic, ok := env.NICs[in.Name]
@@ -307,13 +317,18 @@ func otherSource(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineIns
 	return nil
 }
 
-// metaData is the NoCloud meta-data KubeVirt writes: the instance and the guest's hostname.
+// metaData is the NoCloud meta-data KubeVirt writes, as JSON: the instance and the guest's
+// hostname (the launcher adds the public keys of noCloud access credentials).
 func metaData(vmi *v1.VirtualMachineInstance) string {
 	host := vmi.Spec.Hostname
 	if host == "" {
 		host = vmi.Name
 	}
-	return fmt.Sprintf("instance-id: %s.%s\nlocal-hostname: %s\n", vmi.Name, vmi.Namespace, host)
+	b, _ := json.Marshal(struct {
+		InstanceID    string `json:"instance-id"`
+		LocalHostname string `json:"local-hostname"`
+	}{vmi.Name + "." + vmi.Namespace, host})
+	return string(b) + "\n"
 }
 
 func pick(plain, b64 string) (string, error) {

@@ -74,7 +74,7 @@ func TestBuildFromAKubeVirtVMI(t *testing.T) {
 		t.Errorf("container disk: %v", spec.Disks[0])
 	}
 	if d := spec.Disks[1]; d.Device != launcherapi.DiskDevice_DISK_DEVICE_CDROM || d.Bus != launcherapi.Bus_BUS_SATA || d.GetCloudInitNoCloud().GetUserData() != "#!/bin/sh\n" ||
-		d.GetCloudInitNoCloud().GetMetaData() != "instance-id: vm.ns\nlocal-hostname: vm\n" {
+		d.GetCloudInitNoCloud().GetMetaData() != "{\"instance-id\":\"vm.ns\",\"local-hostname\":\"vm\"}\n" {
 		t.Errorf("cloud-init cdrom: %v", d)
 	}
 	if d := spec.Disks[2]; d.Bus != launcherapi.Bus_BUS_SCSI || d.GetEmptyDisk().GetCapacityBytes() != 1<<30 {

@@ -26,6 +26,8 @@ type VM struct {
 	Stats           *launcherapi.StatsResponse
 	// Interfaces maps the VMI interface name to its tap's counters.
 	Interfaces map[string]NetStats
+	// Filesystems are what the guest agent last reported; none without an agent.
+	Filesystems []*launcherapi.GuestFilesystem
 }
 
 // Source returns the cached statistics of the VMs on this node.
@@ -115,7 +117,11 @@ var families = map[string]family{
 	"mig_dirty_rate":  {"migration_dirty_memory_rate_bytes", "The rate of memory being dirty in the Guest OS.", prometheus.GaugeValue, nil},
 	"mig_mem_rate":    {"migration_memory_transfer_rate_bytes", "The rate at which the memory is being transferred.", prometheus.GaugeValue, nil},
 	"mig_disk_rate":   {"migration_disk_transfer_rate_bytes", "The rate at which the disk is being transferred.", prometheus.GaugeValue, nil},
+	"fs_capacity":     {"filesystem_capacity_bytes", "Total VM filesystem capacity in bytes.", prometheus.GaugeValue, fsLabels},
+	"fs_used":         {"filesystem_used_bytes", "Used VM filesystem capacity in bytes.", prometheus.GaugeValue, fsLabels},
 }
+
+var fsLabels = []string{"disk_name", "mount_point", "file_system_type"}
 
 var baseLabels = []string{"node", "namespace", "name"}
 
@@ -194,6 +200,11 @@ func (c *Collector) collectVM(ch chan<- prometheus.Metric, vm VM) {
 	}
 	if d := s.DirtyRate; d != nil {
 		emit("dirty_rate", float64(d.BytesPerSecond))
+	}
+	// The guest agent's view of the guest's filesystems.
+	for _, fs := range vm.Filesystems {
+		emit("fs_capacity", float64(fs.TotalBytes), fs.DiskName, fs.MountPoint, fs.Type)
+		emit("fs_used", float64(fs.UsedBytes), fs.DiskName, fs.MountPoint, fs.Type)
 	}
 	// An outgoing migration's progress: its data is the RAM and the local disks' copy.
 	if m := s.Migration; m != nil {

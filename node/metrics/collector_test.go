@@ -136,3 +136,24 @@ func BenchmarkScrape20VMs(b *testing.B) {
 	}
 	b.ReportMetric(float64(size)/1024, "KiB/scrape")
 }
+
+// TestFilesystemFamilies: each filesystem the guest agent reports is a series of capacity and
+// one of use, labelled as KubeVirt labels them; a VM without an agent has none.
+func TestFilesystemFamilies(t *testing.T) {
+	withAgent := VM{Namespace: "default", Name: "vm1", Stats: &launcherapi.StatsResponse{},
+		Filesystems: []*launcherapi.GuestFilesystem{{DiskName: "loop0", MountPoint: "/mnt/data", Type: "ext2", UsedBytes: 1 << 20, TotalBytes: 8 << 20}}}
+	without := VM{Namespace: "default", Name: "vm2", Stats: &launcherapi.StatsResponse{}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector("node01", fixed{withAgent, without}))
+	want := `
+# HELP kubevirt_vmi_filesystem_capacity_bytes Total VM filesystem capacity in bytes.
+# TYPE kubevirt_vmi_filesystem_capacity_bytes gauge
+kubevirt_vmi_filesystem_capacity_bytes{disk_name="loop0",file_system_type="ext2",mount_point="/mnt/data",name="vm1",namespace="default",node="node01"} 8.388608e+06
+# HELP kubevirt_vmi_filesystem_used_bytes Used VM filesystem capacity in bytes.
+# TYPE kubevirt_vmi_filesystem_used_bytes gauge
+kubevirt_vmi_filesystem_used_bytes{disk_name="loop0",file_system_type="ext2",mount_point="/mnt/data",name="vm1",namespace="default",node="node01"} 1.048576e+06
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "kubevirt_vmi_filesystem_capacity_bytes", "kubevirt_vmi_filesystem_used_bytes"); err != nil {
+		t.Error(err)
+	}
+}

@@ -38,6 +38,8 @@ type Backend interface {
 	Console(ctx context.Context, vmi VMI) (io.ReadWriteCloser, error)
 	VNC(ctx context.Context, vmi VMI, preserveSession bool) (io.ReadWriteCloser, error)
 	PortForward(ctx context.Context, vmi VMI, port int, protocol string) (io.ReadWriteCloser, error)
+	// VSOCK connects to port of the guest's VSOCK device (autoattachVSOCK).
+	VSOCK(ctx context.Context, vmi VMI, port uint32) (io.ReadWriteCloser, error)
 	Screenshot(ctx context.Context, vmi VMI) ([]byte, error)
 	// GuestAgent is what the VM's guest agent last reported; ErrConflict when none answers.
 	GuestAgent(ctx context.Context, vmi VMI) (*v1.VirtualMachineInstanceGuestAgentInfo, error)

@@ -114,6 +114,11 @@ func (c *Client) PortForward(ctx context.Context, ep Endpoint, vmi VMI, port int
 	return c.dial(ctx, ep, vmiPath(vmi, fmt.Sprintf("portforward/%d/%s", port, protocol)))
 }
 
+// VSOCK opens a connection to port of the VMI's VSOCK device.
+func (c *Client) VSOCK(ctx context.Context, ep Endpoint, vmi VMI, port uint32) (io.ReadWriteCloser, error) {
+	return c.dial(ctx, ep, vmiPath(vmi, fmt.Sprintf("vsock/%d", port)))
+}
+
 func (c *Client) dial(ctx context.Context, ep Endpoint, path string) (io.ReadWriteCloser, error) {
 	base, cfg, err := c.target(ep)
 	if err != nil {

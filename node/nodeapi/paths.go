@@ -17,4 +17,5 @@ const (
 	routeScreenshot  = "GET /v1/namespaces/{namespace}/vmis/{name}/screenshot"
 	routeGuestAgent  = "GET /v1/namespaces/{namespace}/vmis/{name}/guestagent"
 	routePortForward = "GET /v1/namespaces/{namespace}/vmis/{name}/portforward/{port}/{protocol}"
+	routeVSOCK       = "GET /v1/namespaces/{namespace}/vmis/{name}/vsock/{port}"
 )

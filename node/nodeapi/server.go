@@ -91,6 +91,13 @@ func newHandler(b Backend, log logr.Logger, streamWriteTimeout time.Duration) ht
 		}
 		return b.PortForward(ctx, vmi, port, proto)
 	}))
+	mux.HandleFunc(routeVSOCK, s.stream(func(ctx context.Context, vmi VMI, r *http.Request) (io.ReadWriteCloser, error) {
+		port, err := strconv.ParseUint(r.PathValue("port"), 10, 32)
+		if err != nil || port == 0 {
+			return nil, fmt.Errorf("%w: port %q is not a VSOCK port", ErrBadRequest, r.PathValue("port"))
+		}
+		return b.VSOCK(ctx, vmi, uint32(port))
+	}))
 	mux.HandleFunc(routeScreenshot, s.screenshot)
 	mux.HandleFunc(routeGuestAgent, s.guestAgent)
 	return mux

@@ -117,6 +117,9 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 	vols, mounts := imageVolumes(vmi)
 	compute.VolumeMounts = append(compute.VolumeMounts, mounts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+	secretVols, secretMounts := accessCredentialVolumes(vmi)
+	compute.VolumeMounts = append(compute.VolumeMounts, secretMounts...)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVols...)
 	if len(vols) > 0 {
 		pod.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{ImageFilesGroup}}
 	}

@@ -64,7 +64,7 @@ type ObjectCollector struct{ leaderCache }
 
 // Describe sends every family.
 func (c *ObjectCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{vmiInfo, vmiPhases, vmiAddresses, vmiVNIC, nonEvictable, launcherOverhead, emulation, vmInfo} {
+	for _, d := range []*prometheus.Desc{vmiInfo, vmiPhases, vmiAddresses, vmiVNIC, nonEvictable, launcherOverhead, emulation, vmInfo, vmRequests, vmLimits} {
 		ch <- d
 	}
 	for _, d := range vmGroupTransition {
@@ -166,6 +166,7 @@ func (c *ObjectCollector) Collect(ch chan<- prometheus.Metric) {
 			os[4] = vm.Spec.Preference.Name
 		}
 		ch <- prometheus.MustNewConstMetric(vmInfo, prometheus.GaugeValue, 1, append(append([]string{vm.Name, vm.Namespace}, os...), string(status), group)...)
+		vmResources(ch, vm)
 		since := float64(vm.CreationTimestamp.Unix())
 		for _, cond := range vm.Status.Conditions {
 			if cond.Type == virtv1.VirtualMachineReady && !cond.LastTransitionTime.IsZero() {

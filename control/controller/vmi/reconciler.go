@@ -40,6 +40,8 @@ type Reconciler struct {
 	Pods launcherpod.Options
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// CIDs gives VMIs with autoattachVSOCK their context IDs.
+	CIDs CIDs
 }
 
 func (r *Reconciler) now() time.Time {
@@ -76,6 +78,20 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *virtv1.VirtualMachineIn
 	}
 	if vmiutil.IsFinal(vmi) {
 		return ctrl.Result{}, r.cleanupFinal(ctx, vmi, pods)
+	}
+
+	if wantsVSOCK(vmi) && vmi.Status.VSOCKCID == nil {
+		// Recorded before any pod runs the VM, which the node agent starts with it.
+		cid, err := r.CIDs.Allocate(ctx, r.Client, vmi)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		orig := vmi.DeepCopy()
+		vmi.Status.VSOCKCID = &cid
+		if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, err
+		}
+		log.FromContext(ctx).Info("VSOCK context ID assigned", "cid", cid)
 	}
 
 	pod := launcherPod(vmi, pods)

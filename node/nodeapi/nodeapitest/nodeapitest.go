@@ -126,6 +126,20 @@ func (f *Fake) PortForward(_ context.Context, vmi nodeapi.VMI, port int, protoco
 	return a, nil
 }
 
+// VSOCK echoes what it reads, prefixed by the port once.
+func (f *Fake) VSOCK(_ context.Context, vmi nodeapi.VMI, port uint32) (io.ReadWriteCloser, error) {
+	if err := f.check(vmi, fmt.Sprintf("vsock %d", port)); err != nil {
+		return nil, err
+	}
+	a, b := net.Pipe()
+	go func() {
+		_, _ = fmt.Fprintf(b, "vsock %d\n", port)
+		_, _ = io.Copy(b, b)
+		b.Close()
+	}()
+	return a, nil
+}
+
 func (f *Fake) Screenshot(_ context.Context, vmi nodeapi.VMI) ([]byte, error) {
 	if err := f.check(vmi, "screenshot"); err != nil {
 		return nil, err

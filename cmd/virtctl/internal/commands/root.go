@@ -4,6 +4,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -83,6 +84,8 @@ func NewRootCommand() (*cobra.Command, *env) {
 		newConsoleCommand(e),
 		newVNCCommand(e),
 		newPortForwardCommand(e),
+		newSSHCommand(e),
+		newSCPCommand(e),
 		newScreenshotCommand(e),
 		newGuestAgentCommand(e, "guestosinfo", "guestosinfo", "Return guest agent info about operating system."),
 		newGuestAgentCommand(e, "userlist", "userlist", "Return full list of logged in users on a guest machine."),
@@ -100,6 +103,11 @@ func Execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		var exit *exitCodeError
+		if errors.As(err, &exit) {
+			// ssh and scp have said why already.
+			return exit.code
+		}
 		if skew := versionSkew(e); skew != "" {
 			fmt.Fprintln(stderr, skew)
 		}
