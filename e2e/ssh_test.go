@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
@@ -75,7 +76,7 @@ func sshVMManifest(name, bootSecret, liveSecret string) string {
 // NoCloud meta-data at boot, one through the guest agent (AccessCredentialsSynchronized). virtctl
 // ssh logs in with either key through the local OpenSSH client and virtctl port-forward, runs a
 // command, and refuses a key no secret holds; virtctl scp copies a file into the guest and back,
-// byte for byte.
+// byte for byte. Replacing the guest agent's key in its secret replaces it in the guest.
 func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	kubeconfig, bin, kvc := cluster(t)
 	c := localStack(t)
@@ -84,7 +85,7 @@ func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	bootKey, bootPub := sshKey(t, dir, "boot-key")
 	liveKey, livePub := sshKey(t, dir, "live-key")
 	strangerKey, _ := sshKey(t, dir, "stranger-key")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	for secret, key := range map[string]string{"ssh-boot-keys": bootPub, "ssh-live-keys": livePub} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: map[string]string{"key": key + "\n"}}
@@ -150,5 +151,26 @@ func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	got, err := os.ReadFile(down)
 	if err != nil || string(got) != string(payload) {
 		t.Errorf("the file copied back differs: %d bytes, %v", len(got), err)
+	}
+
+	// The guest agent follows the secret: once the kubelet has updated the pod's copy (up to its
+	// sync period, a minute by default), the new key logs in and the old one no longer does.
+	newKey, newPub := sshKey(t, dir, "rotated-key")
+	live := &corev1.Secret{}
+	if err := kvc.Get(ctx, client.ObjectKey{Namespace: "default", Name: "ssh-live-keys"}, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Data = map[string][]byte{"key": []byte(newPub + "\n")}
+	if err := kvc.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 3*time.Second, true, func(context.Context) (bool, error) {
+		out, errOut, code = sshRun("qvirt", newKey, "true")
+		return code == 0, nil
+	}); err != nil {
+		t.Fatalf("the rotated key never logged in: exit %d, %q %q", code, out, errOut)
+	}
+	if out, errOut, code = sshRun("qvirt", liveKey, "true"); code == 0 {
+		t.Errorf("the replaced key still logs in: %q %q", out, errOut)
 	}
 }

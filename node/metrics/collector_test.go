@@ -107,7 +107,7 @@ kubevirt_vmi_migration_memory_transfer_rate_bytes{name="mover",namespace="defaul
 }
 
 // BenchmarkScrape20VMs serves one node agent's /metrics with 20 VMs whose every statistic is
-// known (two vCPUs, two disks, two NICs each, guest memory statistics, a dirty rate) and reports
+// known (two vCPUs, two disks, two NICs and a filesystem each, guest memory statistics, a dirty rate) and reports
 // the time and size of one scrape: the collector reads the agent's cache and never QEMU.
 func BenchmarkScrape20VMs(b *testing.B) {
 	vms := make(fixed, 20)
@@ -121,7 +121,8 @@ func BenchmarkScrape20VMs(b *testing.B) {
 				Block:     []*launcherapi.BlockStats{{Drive: "rootdisk", ReadOps: 10}, {Drive: "data", WriteOps: 3}},
 				DirtyRate: &launcherapi.DirtyRate{BytesPerSecond: 1 << 20},
 			},
-			Interfaces: map[string]NetStats{"default": {RxBytes: 100}, "second": {TxBytes: 100}},
+			Interfaces:  map[string]NetStats{"default": {RxBytes: 100}, "second": {TxBytes: 100}},
+			Filesystems: []*launcherapi.GuestFilesystem{{DiskName: "vda1", MountPoint: "/", Type: "ext4", UsedBytes: 1 << 30, TotalBytes: 4 << 30}},
 		}
 	}
 	reg := prometheus.NewRegistry()

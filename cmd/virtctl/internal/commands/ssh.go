@@ -71,7 +71,7 @@ func kindName(resource string) string {
 
 // localClient is the ssh or scp command: the ProxyCommand that runs this virtctl's port-forward
 // (with the connection flags this run was given), the options, then args.
-func localClient(cmd *cobra.Command, program, resource, name, namespace string, o *sshOptions, args []string) (*exec.Cmd, error) {
+func localClient(cmd *cobra.Command, program string, d sshDest, o *sshOptions, args []string) *exec.Cmd {
 	self, err := os.Executable()
 	if err != nil {
 		self = os.Args[0]
@@ -83,7 +83,7 @@ func localClient(cmd *cobra.Command, program, resource, name, namespace string, 
 			proxy = append(proxy, shellQuote("--"+f.Name+"="+f.Value.String()))
 		}
 	})
-	proxy = append(proxy, "port-forward", "--stdio=true", shellQuote(kindName(resource)+"/"+name+"/"+namespace), strconv.Itoa(o.port))
+	proxy = append(proxy, "port-forward", "--stdio=true", shellQuote(kindName(d.resource)+"/"+d.name+"/"+d.namespace), strconv.Itoa(o.port))
 	argv := []string{"-o", "ProxyCommand=" + strings.Join(proxy, " ")}
 	argv = append(argv, o.localOpts...)
 	if cmd.Flags().Changed("identity-file") {
@@ -94,14 +94,34 @@ func localClient(cmd *cobra.Command, program, resource, name, namespace string, 
 	}
 	c := exec.CommandContext(cmd.Context(), program, append(argv, args...)...)
 	c.Stdin, c.Stdout, c.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	return c, nil
+	return c
 }
 
-// sshHost is the host name ssh sees (and records in known_hosts): kind.name.namespace.
-func sshHost(user, resource, name, namespace string) string {
-	h := kindName(resource) + "." + name + "." + namespace
-	if user != "" {
-		h = user + "@" + h
+// sshDest is whom ssh or scp connects to.
+type sshDest struct{ resource, name, namespace, user string }
+
+// resolveDest parses [username@]type/name[/namespace], with the --username and the
+// kubeconfig's namespace where the argument names none.
+func resolveDest(e *env, arg string, o *sshOptions) (sshDest, error) {
+	var d sshDest
+	var err error
+	if d.resource, d.name, d.namespace, d.user, err = sshTarget(arg); err != nil {
+		return d, err
+	}
+	if d.user == "" {
+		d.user = o.username
+	}
+	if d.namespace == "" {
+		d.namespace, _, err = e.config.Namespace()
+	}
+	return d, err
+}
+
+// host is the host name ssh sees (and records in known_hosts): [user@]kind.name.namespace.
+func (d sshDest) host() string {
+	h := kindName(d.resource) + "." + d.name + "." + d.namespace
+	if d.user != "" {
+		h = d.user + "@" + h
 	}
 	return h
 }
@@ -153,27 +173,15 @@ func newSSHCommand(e *env) *cobra.Command {
   virtctl ssh --namespace=mynamespace --username=jdoe vmi/testvmi`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resource, name, namespace, user, err := sshTarget(args[0])
+			d, err := resolveDest(e, args[0], &o)
 			if err != nil {
 				return err
 			}
-			if user == "" {
-				user = o.username
-			}
-			if namespace == "" {
-				if namespace, _, err = e.config.Namespace(); err != nil {
-					return err
-				}
-			}
-			target := []string{sshHost(user, resource, name, namespace)}
+			target := []string{d.host()}
 			if command != "" {
 				target = append(target, command)
 			}
-			c, err := localClient(cmd, "ssh", resource, name, namespace, &o, target)
-			if err != nil {
-				return err
-			}
-			return runLocal(c)
+			return runLocal(localClient(cmd, "ssh", d, &o, target))
 		},
 	}
 	addSSHFlags(cmd.Flags(), &o)
@@ -204,17 +212,9 @@ func newSCPCommand(e *env) *cobra.Command {
 				return err
 			}
 			target, path, _ := strings.Cut(remote, ":")
-			resource, name, namespace, user, err := sshTarget(target)
+			d, err := resolveDest(e, target, &o)
 			if err != nil {
 				return err
-			}
-			if user == "" {
-				user = o.username
-			}
-			if namespace == "" {
-				if namespace, _, err = e.config.Namespace(); err != nil {
-					return err
-				}
 			}
 			var argv []string
 			if recursive {
@@ -223,17 +223,13 @@ func newSCPCommand(e *env) *cobra.Command {
 			if preserve {
 				argv = append(argv, "-p")
 			}
-			r := sshHost(user, resource, name, namespace) + ":" + path
+			r := d.host() + ":" + path
 			if toRemote {
 				argv = append(argv, local, r)
 			} else {
 				argv = append(argv, r, local)
 			}
-			c, err := localClient(cmd, "scp", resource, name, namespace, &o, argv)
-			if err != nil {
-				return err
-			}
-			return runLocal(c)
+			return runLocal(localClient(cmd, "scp", d, &o, argv))
 		},
 	}
 	addSSHFlags(cmd.Flags(), &o)
