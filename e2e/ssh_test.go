@@ -133,13 +133,13 @@ func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	if err := os.WriteFile(up, payload, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	scp := func(args ...string) {
+	scp := func(key string, args ...string) {
 		t.Helper()
-		if out, errOut, code := virtctl(t, kubeconfig, bin, append(append([]string{"scp", "-i", bootKey}, opts...), args...)...); code != 0 {
+		if out, errOut, code := virtctl(t, kubeconfig, bin, append(append([]string{"scp", "-i", key}, opts...), args...)...); code != 0 {
 			t.Fatalf("virtctl scp %v: exit %d, %q %q", args, code, out, errOut)
 		}
 	}
-	scp(up, "root@vmi/"+name+":/root/up.bin")
+	scp(bootKey, up, "root@vmi/"+name+":/root/up.bin")
 	// Its size and first bytes, as the guest reads them.
 	want := "262144\n" + hex.EncodeToString(payload[:16])
 	if out, errOut, code = sshRun("root", bootKey, "wc -c </root/up.bin; dd if=/root/up.bin bs=16 count=1 2>/dev/null | od -An -tx1 | tr -d ' \\n'"); code != 0 ||
@@ -147,10 +147,16 @@ func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 		t.Errorf("the uploaded file in the guest: exit %d, %q %q", code, out, errOut)
 	}
 	down := filepath.Join(dir, "down.bin")
-	scp("root@vmi/"+name+":/root/up.bin", down)
+	scp(bootKey, "root@vmi/"+name+":/root/up.bin", down)
 	got, err := os.ReadFile(down)
 	if err != nil || string(got) != string(payload) {
 		t.Errorf("the file copied back differs: %d bytes, %v", len(got), err)
+	}
+
+	// Into the home of the guest agent's user, with its key.
+	scp(liveKey, up, "qvirt@vmi/"+name+":")
+	if out, errOut, code = sshRun("qvirt", liveKey, "wc -c <up.bin"); code != 0 || strings.TrimSpace(out) != "262144" {
+		t.Errorf("the file copied into qvirt's home: exit %d, %q %q", code, out, errOut)
 	}
 
 	// The guest agent follows the secret: once the kubelet has updated the pod's copy (up to its
