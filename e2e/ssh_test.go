@@ -44,7 +44,8 @@ func sshKey(t *testing.T, dir, name string) (path, public string) {
 	return path, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " " + name
 }
 
-// sshVMManifest is the tiny VM with a NoCloud disk and two access credentials: bootSecret's keys
+// sshVMManifest is the tiny VM with a NoCloud disk whose user-data is Secret ssh-user-data's, and
+// two access credentials: bootSecret's keys
 // through the NoCloud meta-data (the guest gives them to root), liveSecret's through the guest
 // agent for the guest's user qvirt. The agent makes its keys the whole of the user's
 // authorized_keys, as KubeVirt's does, so the two go to different users.
@@ -67,16 +68,17 @@ func sshVMManifest(name, bootSecret, liveSecret string) string {
           propagationMethod: {qemuGuestAgent: {users: [qvirt]}}
       volumes:
       - name: cloudinit
-        cloudInitNoCloud: {userData: "#!/bin/sh\ntrue\n"}
+        cloudInitNoCloud: {secretRef: {name: ssh-user-data}}
 `, 1)
 	return m
 }
 
-// TestSSHAndSCPWithAccessCredentials: keys from two secrets reach the guest, one through the
-// NoCloud meta-data at boot, one through the guest agent (AccessCredentialsSynchronized). virtctl
-// ssh logs in with either key through the local OpenSSH client and virtctl port-forward, runs a
-// command, and refuses a key no secret holds; virtctl scp copies a file into the guest and back,
-// byte for byte. Replacing the guest agent's key in its secret replaces it in the guest.
+// TestSSHAndSCPWithAccessCredentials: the cloud-init user-data and the keys come from secrets,
+// one key through the NoCloud meta-data at boot, one through the guest agent
+// (AccessCredentialsSynchronized). virtctl ssh logs in with either key through the local OpenSSH
+// client and virtctl port-forward, runs a command, and refuses a key no secret holds; virtctl scp
+// copies a file into the guest and back, byte for byte. Replacing the guest agent's key in its
+// secret replaces it in the guest.
 func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	kubeconfig, bin, kvc := cluster(t)
 	c := localStack(t)
@@ -87,8 +89,11 @@ func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	strangerKey, _ := sshKey(t, dir, "stranger-key")
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
-	for secret, key := range map[string]string{"ssh-boot-keys": bootPub, "ssh-live-keys": livePub} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: map[string]string{"key": key + "\n"}}
+	for secret, data := range map[string]map[string]string{
+		"ssh-boot-keys": {"key": bootPub + "\n"}, "ssh-live-keys": {"key": livePub + "\n"},
+		"ssh-user-data": {"userdata": "#!/bin/sh\necho from-secret-$((6*7)) >/run/user-data-marker\n"},
+	} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: secret}, StringData: data}
 		_ = kvc.Delete(ctx, s)
 		if err := kvc.Create(ctx, s); err != nil {
 			t.Fatal(err)
@@ -116,6 +121,13 @@ func TestSSHAndSCPWithAccessCredentials(t *testing.T) {
 	}
 	if strings.TrimSpace(out) != name {
 		t.Errorf("ssh with the noCloud key ran cat /etc/hostname: %q", out)
+	}
+	// The user-data came from its secret too (it runs once the guest has booted).
+	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		out, errOut, code = sshRun("root", bootKey, "cat /run/user-data-marker")
+		return strings.TrimSpace(out) == "from-secret-42", nil
+	}); err != nil {
+		t.Errorf("the user-data of the secret did not run: exit %d, %q %q", code, out, errOut)
 	}
 	if out, errOut, code = sshRun("qvirt", liveKey, "id -u; cat ~/.ssh/authorized_keys"); code != 0 || !strings.HasPrefix(out, "1000\n") || !strings.Contains(out, livePub) {
 		t.Errorf("ssh with the guest agent's key: exit %d, %q %q", code, out, errOut)

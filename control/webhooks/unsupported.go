@@ -232,14 +232,6 @@ func unsupportedVolumeSource(vp *field.Path, s v1.VolumeSource) field.ErrorList 
 			errs = append(errs, unsupported(vp.Child(f.name), f.what))
 		}
 	}
-	if ci := s.CloudInitNoCloud; ci != nil {
-		if ci.UserDataSecretRef != nil {
-			errs = append(errs, unsupported(vp.Child("cloudInitNoCloud", "secretRef"), "cloud-init user data from a secret"))
-		}
-		if ci.NetworkDataSecretRef != nil {
-			errs = append(errs, unsupported(vp.Child("cloudInitNoCloud", "networkDataSecretRef"), "cloud-init network data from a secret"))
-		}
-	}
 	if s.PersistentVolumeClaim != nil {
 		// Launcher pods do not mount claims, so a node could not start the VM.
 		errs = append(errs, unsupported(vp.Child("persistentVolumeClaim"),

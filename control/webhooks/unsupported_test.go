@@ -100,12 +100,6 @@ func TestUnsupportedIsRefused(t *testing.T) {
 		{"spec.volumes[2].serviceAccount", volume(v1.VolumeSource{ServiceAccount: &v1.ServiceAccountVolumeSource{ServiceAccountName: "default"}})},
 		{"spec.volumes[2].persistentVolumeClaim", volume(v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
 			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}}})},
-		{"spec.volumes[1].cloudInitNoCloud.secretRef", func(s *spec) {
-			s.Volumes[1].CloudInitNoCloud = &v1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: "ud"}}
-		}},
-		{"spec.volumes[1].cloudInitNoCloud.networkDataSecretRef", func(s *spec) {
-			s.Volumes[1].CloudInitNoCloud.NetworkDataSecretRef = &corev1.LocalObjectReference{Name: "nd"}
-		}},
 		{"spec.networks[0].pod.vmIPv6NetworkCIDR", func(s *spec) { s.Networks[0].Pod.VMIPv6NetworkCIDR = "fd10:11::/120" }},
 		{"spec.volumes[2].hostDisk.shared", volume(v1.VolumeSource{HostDisk: &v1.HostDisk{
 			Path: "/d.img", Type: v1.HostDiskExists, Shared: ptr(true)}})},

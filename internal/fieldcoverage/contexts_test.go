@@ -57,7 +57,8 @@ func complete(spec map[string]any, leafPath string) {
 			"emptyDisk", "dataVolume", "configMap", "secret", "serviceAccount") {
 			vol["emptyDisk"] = map[string]any{"capacity": "1Gi"}
 		}
-		if ci, ok := vol["cloudInitNoCloud"].(map[string]any); ok && !hasAny(ci, "userData", "userDataBase64", "secretRef", "networkData", "networkDataBase64", "networkDataSecretRef") {
+		if ci, ok := vol["cloudInitNoCloud"].(map[string]any); ok && !hasAny(ci, "userData", "userDataBase64", "networkData", "networkDataBase64") &&
+			!namesSecret(ci, "secretRef") && !namesSecret(ci, "networkDataSecretRef") {
 			// The other kind of data than the leaf's, so that the leaf adds to it.
 			if strings.Contains(leafPath, "cloudInitNoCloud.userData") || strings.Contains(leafPath, "cloudInitNoCloud.secretRef") {
 				ci["networkData"] = "version: 2\n"
@@ -84,6 +85,12 @@ func complete(spec map[string]any, leafPath string) {
 	if spec["dnsPolicy"] == "None" && len(list(spec, "dnsConfig", "nameservers")) == 0 {
 		appendTo(spec, "10.96.0.10", "dnsConfig", "nameservers")
 	}
+}
+
+// namesSecret reports a reference at key of m with a name.
+func namesSecret(m map[string]any, key string) bool {
+	ref, ok := m[key].(map[string]any)
+	return ok && hasAny(ref, "name")
 }
 
 // completeAccessCredentials gives each access credential a secret and a propagation method

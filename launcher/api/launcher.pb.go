@@ -1207,12 +1207,16 @@ func (x *EmptyDiskSource) GetCapacityBytes() uint64 {
 
 // A NoCloud seed (ISO9660, volume label "cidata") built by the launcher.
 type CloudInitNoCloudSource struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	UserData      string                 `protobuf:"bytes,1,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
-	MetaData      string                 `protobuf:"bytes,2,opt,name=meta_data,json=metaData,proto3" json:"meta_data,omitempty"`
-	NetworkData   string                 `protobuf:"bytes,3,opt,name=network_data,json=networkData,proto3" json:"network_data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	UserData    string                 `protobuf:"bytes,1,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	MetaData    string                 `protobuf:"bytes,2,opt,name=meta_data,json=metaData,proto3" json:"meta_data,omitempty"`
+	NetworkData string                 `protobuf:"bytes,3,opt,name=network_data,json=networkData,proto3" json:"network_data,omitempty"`
+	// Directories of secrets (pod volumes) whose userdata (or userData) and networkdata (or
+	// networkData) files hold the data, in place of user_data and network_data.
+	UserDataDir    string `protobuf:"bytes,4,opt,name=user_data_dir,json=userDataDir,proto3" json:"user_data_dir,omitempty"`
+	NetworkDataDir string `protobuf:"bytes,5,opt,name=network_data_dir,json=networkDataDir,proto3" json:"network_data_dir,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CloudInitNoCloudSource) Reset() {
@@ -1262,6 +1266,20 @@ func (x *CloudInitNoCloudSource) GetMetaData() string {
 func (x *CloudInitNoCloudSource) GetNetworkData() string {
 	if x != nil {
 		return x.NetworkData
+	}
+	return ""
+}
+
+func (x *CloudInitNoCloudSource) GetUserDataDir() string {
+	if x != nil {
+		return x.UserDataDir
+	}
+	return ""
+}
+
+func (x *CloudInitNoCloudSource) GetNetworkDataDir() string {
+	if x != nil {
+		return x.NetworkDataDir
 	}
 	return ""
 }
@@ -3154,11 +3172,13 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06format\x18\x02 \x01(\x0e2\x1e.qvirt.launcher.v1.ImageFormatR\x06format\x12!\n" +
 	"\fcreate_bytes\x18\x03 \x01(\x04R\vcreateBytes\"8\n" +
 	"\x0fEmptyDiskSource\x12%\n" +
-	"\x0ecapacity_bytes\x18\x01 \x01(\x04R\rcapacityBytes\"u\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x04R\rcapacityBytes\"\xc3\x01\n" +
 	"\x16CloudInitNoCloudSource\x12\x1b\n" +
 	"\tuser_data\x18\x01 \x01(\tR\buserData\x12\x1b\n" +
 	"\tmeta_data\x18\x02 \x01(\tR\bmetaData\x12!\n" +
-	"\fnetwork_data\x18\x03 \x01(\tR\vnetworkData\"\x95\x01\n" +
+	"\fnetwork_data\x18\x03 \x01(\tR\vnetworkData\x12\"\n" +
+	"\ruser_data_dir\x18\x04 \x01(\tR\vuserDataDir\x12(\n" +
+	"\x10network_data_dir\x18\x05 \x01(\tR\x0enetworkDataDir\"\x95\x01\n" +
 	"\tInterface\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1f\n" +

@@ -176,3 +176,40 @@ func sum(t *testing.T, path string) [32]byte {
 	}
 	return sha256.Sum256(b)
 }
+
+// TestNoCloudISOReadsSecretData: user and network data from secret volumes (KubeVirt's keys,
+// userdata or userData, networkdata or networkData) take the place of inline data; a secret
+// without the key is an error, not an empty seed.
+func TestNoCloudISOReadsSecretData(t *testing.T) {
+	user, network := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(user, "userData"), []byte("#!/bin/sh\necho from-secret\n"), 0o400)
+	os.WriteFile(filepath.Join(network, "networkdata"), []byte("version: 2\n"), 0o400)
+	path := filepath.Join(t.TempDir(), "seed.iso")
+	src := &launcherapi.CloudInitNoCloudSource{MetaData: "{}", UserDataDir: user, NetworkDataDir: network}
+	if err := WriteNoCloudISO(path, src); err != nil {
+		t.Fatal(err)
+	}
+	img, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	img.LogicalBlocksize = 2048
+	fs, err := img.GetFilesystem(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"user-data": "#!/bin/sh\necho from-secret\n", "network-config": "version: 2\n"} {
+		f, err := fs.OpenFile("/"+name, os.O_RDONLY)
+		if err != nil {
+			t.Fatalf("open %s: %v", name, err)
+		}
+		if got, _ := io.ReadAll(f); string(got) != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	src.UserDataDir = t.TempDir()
+	if err := WriteNoCloudISO(path, src); err == nil || !strings.Contains(err.Error(), "has no userdata or userData key") {
+		t.Errorf("a secret without user data: %v", err)
+	}
+}

@@ -1,8 +1,12 @@
 package disks
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
@@ -12,6 +16,21 @@ import (
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 )
 
+// secretData reads cloud-init data from a secret volume: the first of keys it holds, as KubeVirt
+// looks for userdata or userData (networkdata or networkData).
+func secretData(dir string, keys ...string) (string, error) {
+	for _, k := range keys {
+		b, err := os.ReadFile(filepath.Join(dir, k))
+		if err == nil {
+			return string(b), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("cloud-init secret: %w", err)
+		}
+	}
+	return "", fmt.Errorf("cloud-init secret in %s has no %s key", dir, strings.Join(keys, " or "))
+}
+
 // NoCloudLabel is the volume label cloud-init's NoCloud datasource looks for.
 const NoCloudLabel = "cidata"
 
@@ -19,9 +38,21 @@ const NoCloudLabel = "cidata"
 // meta-data and, when given, network-config. Rock Ridge keeps the file names as cloud-init
 // expects them (plain ISO9660 would turn "user-data" into "user_dat").
 func WriteNoCloudISO(path string, src *launcherapi.CloudInitNoCloudSource) error {
-	files := map[string]string{"user-data": src.GetUserData(), "meta-data": src.GetMetaData()}
-	if src.GetNetworkData() != "" {
-		files["network-config"] = src.NetworkData
+	user, network := src.GetUserData(), src.GetNetworkData()
+	var err error
+	if dir := src.GetUserDataDir(); dir != "" {
+		if user, err = secretData(dir, "userdata", "userData"); err != nil {
+			return err
+		}
+	}
+	if dir := src.GetNetworkDataDir(); dir != "" {
+		if network, err = secretData(dir, "networkdata", "networkData"); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{"user-data": user, "meta-data": src.GetMetaData()}
+	if network != "" {
+		files["network-config"] = network
 	}
 	size := int64(1 << 20)
 	for _, c := range files {

@@ -157,7 +157,7 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 		return nil, err
 	}
 	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), Images: images, NICs: map[string]launcherspec.NIC{}}
-	if len(vmi.Spec.AccessCredentials) > 0 {
+	if launcherspec.ReadsSecrets(vmi) {
 		pod, err := h.launcherPod(ctx, vmi)
 		if err != nil {
 			return nil, err

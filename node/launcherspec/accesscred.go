@@ -71,5 +71,18 @@ func SecretDirs(pod *corev1.Pod) map[string]string {
 	return dirs
 }
 
+// ReadsSecrets reports a VMI whose launcher reads secrets: access credentials, cloud-init data.
+func ReadsSecrets(vmi *v1.VirtualMachineInstance) bool {
+	if len(vmi.Spec.AccessCredentials) > 0 {
+		return true
+	}
+	for _, v := range vmi.Spec.Volumes {
+		if ci := v.CloudInitNoCloud; ci != nil && (ci.UserDataSecretRef != nil && ci.UserDataSecretRef.Name != "" || ci.NetworkDataSecretRef != nil && ci.NetworkDataSecretRef.Name != "") {
+			return true
+		}
+	}
+	return false
+}
+
 // ComputeContainer is KubeVirt's name of the launcher pod's container that runs the VM.
 const ComputeContainer = "compute"

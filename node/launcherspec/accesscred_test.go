@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -51,5 +52,30 @@ func TestAccessCredentialsNameTheirSecretDirectories(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.accessCredentials[1].sshPublicKey.source.secret.secretName") ||
 		!strings.Contains(err.Error(), "the launcher pod mounts no volume of this secret") {
 		t.Errorf("a secret the pod does not mount: %v", err)
+	}
+}
+
+func TestCloudInitFromSecretsNamesTheirDirectories(t *testing.T) {
+	mem := resource.MustParse("128Mi")
+	vmi := &v1.VirtualMachineInstance{Spec: v1.VirtualMachineInstanceSpec{
+		Domain: v1.DomainSpec{Memory: &v1.Memory{Guest: &mem}, Devices: v1.Devices{Disks: []v1.Disk{{Name: "ci", DiskDevice: v1.DiskDevice{Disk: &v1.DiskTarget{Bus: v1.DiskBusVirtio}}}}}},
+		Volumes: []v1.Volume{{Name: "ci", VolumeSource: v1.VolumeSource{CloudInitNoCloud: &v1.CloudInitNoCloudSource{
+			UserDataSecretRef: &corev1.LocalObjectReference{Name: "ud"}, NetworkData: "version: 2\n"}}}},
+	}}
+	if !ReadsSecrets(vmi) {
+		t.Error("ReadsSecrets")
+	}
+	spec, err := Build(vmi, Env{SecretDirs: map[string]string{"ud": "/s/ud"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci := spec.Disks[0].GetCloudInitNoCloud(); ci.UserDataDir != "/s/ud" || ci.UserData != "" || ci.NetworkData != "version: 2\n" || ci.NetworkDataDir != "" {
+		t.Errorf("seed %v", ci)
+	}
+	if _, err := Build(vmi, Env{}); err == nil || !strings.Contains(err.Error(), `the launcher pod mounts no volume of secret "ud"`) {
+		t.Errorf("an unmounted secret: %v", err)
+	}
+	if ReadsSecrets(&v1.VirtualMachineInstance{}) {
+		t.Error("ReadsSecrets of a VMI without secrets")
 	}
 }

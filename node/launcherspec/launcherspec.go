@@ -288,7 +288,22 @@ func otherSource(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineIns
 		if err != nil {
 			return fmt.Errorf("networkDataBase64: %w", err)
 		}
-		ld.Source = &launcherapi.Disk_CloudInitNoCloud{CloudInitNoCloud: &launcherapi.CloudInitNoCloudSource{UserData: user, NetworkData: network, MetaData: metaData(vmi)}}
+		src := &launcherapi.CloudInitNoCloudSource{UserData: user, NetworkData: network, MetaData: metaData(vmi)}
+		for _, s := range []struct {
+			ref  *corev1.LocalObjectReference
+			dir  *string
+			name string
+		}{{ci.UserDataSecretRef, &src.UserDataDir, "secretRef"}, {ci.NetworkDataSecretRef, &src.NetworkDataDir, "networkDataSecretRef"}} {
+			if s.ref == nil || s.ref.Name == "" {
+				continue
+			}
+			dir, ok := env.SecretDirs[s.ref.Name]
+			if !ok {
+				return fmt.Errorf("%s: the launcher pod mounts no volume of secret %q", s.name, s.ref.Name)
+			}
+			*s.dir = dir
+		}
+		ld.Source = &launcherapi.Disk_CloudInitNoCloud{CloudInitNoCloud: src}
 	case vol.EmptyDisk != nil:
 		ld.Source = &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: uint64(vol.EmptyDisk.Capacity.Value())}}
 	case vol.HostDisk != nil:

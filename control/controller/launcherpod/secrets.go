@@ -19,24 +19,38 @@ const (
 	AccessCredentialVolumePrefix = "access-cred-"
 )
 
-// accessCredentialVolumes mounts each secret the VMI's accessCredentials name, once, read-only
-// into the compute container. A secret volume (rather than the launcher reading the API) keeps
+// accessCredentialVolumes mounts each secret the VMI's accessCredentials and cloud-init volumes
+// name, once, read-only into the compute container. A secret volume (rather than the launcher reading the API) keeps
 // the launcher without API access, and the kubelet updates the files when the secret changes,
 // which the guest agent's propagation follows.
 func accessCredentialVolumes(vmi *virtv1.VirtualMachineInstance) ([]corev1.Volume, []corev1.VolumeMount) {
 	var vols []corev1.Volume
 	var mounts []corev1.VolumeMount
 	seen, used := map[string]bool{}, map[string]bool{}
-	for _, secret := range accessCredentialSecrets(vmi) {
+	add := func(secret, dir string) {
 		if seen[secret] {
-			continue
+			return
 		}
 		seen[secret] = true
 		name := AccessCredentialVolumePrefix + safeName(secret, validation.DNS1123LabelMaxLength-len(AccessCredentialVolumePrefix), used)
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o400)},
 		}})
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(AccessCredentialsMountPath, secret+"-access-cred"), ReadOnly: true})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(AccessCredentialsMountPath, dir), ReadOnly: true})
+	}
+	for _, secret := range accessCredentialSecrets(vmi) {
+		add(secret, secret+"-access-cred")
+	}
+	// Cloud-init data from secrets (cloudInitNoCloud secretRef, networkDataSecretRef), the same
+	// way: the launcher reads the files when it writes the seed.
+	for _, v := range vmi.Spec.Volumes {
+		if ci := v.CloudInitNoCloud; ci != nil {
+			for _, ref := range []*corev1.LocalObjectReference{ci.UserDataSecretRef, ci.NetworkDataSecretRef} {
+				if ref != nil && ref.Name != "" {
+					add(ref.Name, ref.Name+"-cloud-init")
+				}
+			}
+		}
 	}
 	return vols, mounts
 }

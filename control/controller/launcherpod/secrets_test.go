@@ -3,11 +3,14 @@ package launcherpod
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
 )
 
+// TestAccessCredentialSecretsAreMountedOnceReadOnly: the secrets of access credentials and of
+// cloud-init data, each once (my-keys serves both), read-only.
 func TestAccessCredentialSecretsAreMountedOnceReadOnly(t *testing.T) {
 	vmi := testVMI()
 	keys := func(secret string) virtv1.AccessCredential {
@@ -23,6 +26,8 @@ func TestAccessCredentialSecretsAreMountedOnceReadOnly(t *testing.T) {
 			Source: virtv1.UserPasswordAccessCredentialSource{Secret: &virtv1.AccessCredentialSecretSource{SecretName: "passwords"}},
 		}},
 	}
+	vmi.Spec.Volumes = append(vmi.Spec.Volumes, virtv1.Volume{Name: "ci", VolumeSource: virtv1.VolumeSource{CloudInitNoCloud: &virtv1.CloudInitNoCloudSource{
+		UserDataSecretRef: &corev1.LocalObjectReference{Name: "user-data"}, NetworkDataSecretRef: &corev1.LocalObjectReference{Name: "my-keys"}}}})
 	pod, err := RenderLauncherPod(vmi, DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +63,7 @@ func TestAccessCredentialSecretsAreMountedOnceReadOnly(t *testing.T) {
 		"my-keys":         "/var/run/kubevirt-private/secret/my-keys-access-cred",
 		"my.keys.example": "/var/run/kubevirt-private/secret/my.keys.example-access-cred",
 		"passwords":       "/var/run/kubevirt-private/secret/passwords-access-cred",
+		"user-data":       "/var/run/kubevirt-private/secret/user-data-cloud-init",
 	}
 	if len(mounted) != len(want) {
 		t.Errorf("mounted %v, want %v", mounted, want)
