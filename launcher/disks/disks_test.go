@@ -189,6 +189,19 @@ func TestNoCloudISOReadsSecretData(t *testing.T) {
 	if err := WriteNoCloudISO(path, src); err != nil {
 		t.Fatal(err)
 	}
+	got := isoFiles(t, path, "user-data", "network-config")
+	if got["user-data"] != "#!/bin/sh\necho from-secret\n" || got["network-config"] != "version: 2\n" {
+		t.Errorf("seed files %q", got)
+	}
+	src.UserDataDir = t.TempDir()
+	if err := WriteNoCloudISO(path, src); err == nil || !strings.Contains(err.Error(), "has no userdata or userData key") {
+		t.Errorf("a secret without user data: %v", err)
+	}
+}
+
+// isoFiles reads the named files of the ISO9660 image at path.
+func isoFiles(t *testing.T, path string, names ...string) map[string]string {
+	t.Helper()
 	img, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
 	if err != nil {
 		t.Fatal(err)
@@ -199,17 +212,17 @@ func TestNoCloudISOReadsSecretData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"user-data": "#!/bin/sh\necho from-secret\n", "network-config": "version: 2\n"} {
+	out := map[string]string{}
+	for _, name := range names {
 		f, err := fs.OpenFile("/"+name, os.O_RDONLY)
 		if err != nil {
 			t.Fatalf("open %s: %v", name, err)
 		}
-		if got, _ := io.ReadAll(f); string(got) != want {
-			t.Errorf("%s = %q, want %q", name, got, want)
+		b, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
 		}
+		out[name] = string(b)
 	}
-	src.UserDataDir = t.TempDir()
-	if err := WriteNoCloudISO(path, src); err == nil || !strings.Contains(err.Error(), "has no userdata or userData key") {
-		t.Errorf("a secret without user data: %v", err)
-	}
+	return out
 }
