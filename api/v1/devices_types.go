@@ -199,3 +199,6 @@ type I6300ESBWatchdog struct {
 	// +optional
 	Action string `json:"action,omitempty"`
 }
+
+// WantsVSOCK reports devices that ask for a VSOCK device (autoattachVSOCK: true).
+func (d *Devices) WantsVSOCK() bool { return d.AutoattachVSOCK != nil && *d.AutoattachVSOCK }

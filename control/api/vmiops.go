@@ -180,7 +180,7 @@ func (s *Server) vsock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	check := func(vmi *v1.VirtualMachineInstance) error {
-		if v := vmi.Spec.Domain.Devices.AutoattachVSOCK; v == nil || !*v {
+		if !vmi.Spec.Domain.Devices.WantsVSOCK() {
 			return badRequest("VSOCK is not attached.")
 		}
 		return nil

@@ -86,7 +86,7 @@ func ValidateVMISpec(path *field.Path, spec *v1.VirtualMachineInstanceSpec, cfg 
 	errs = append(errs, validateNetworking(path, spec)...)
 	errs = append(errs, validateBootOrder(path, spec)...)
 	errs = append(errs, validateAccessCredentials(path.Child("accessCredentials"), spec)...)
-	if v := spec.Domain.Devices.AutoattachVSOCK; v != nil && *v && !cfg.FeatureGateEnabled(FeatureGateVSOCK) {
+	if spec.Domain.Devices.WantsVSOCK() && !cfg.FeatureGateEnabled(FeatureGateVSOCK) {
 		errs = append(errs, invalid(devices.Child("autoattachVSOCK"), true, "%s feature gate is not enabled in kubevirt-config", FeatureGateVSOCK))
 	}
 	errs = append(errs, unsupportedInVMISpec(path, spec)...)

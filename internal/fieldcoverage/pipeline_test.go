@@ -124,7 +124,7 @@ func render(vmi *v1.VirtualMachineInstance, images launcherspec.ImageResolver) a
 	// It finds the secrets of access credentials in the pod, and opens the VSOCK device of a
 	// VMI virt-controller gave a context ID.
 	env.SecretDirs = launcherspec.SecretDirs(pod)
-	if v := vmi.Spec.Domain.Devices.AutoattachVSOCK; v != nil && *v {
+	if vmi.Spec.Domain.Devices.WantsVSOCK() {
 		env.VSOCK = &launcherapi.VSOCK{GuestCid: 3, VhostFdName: "vhost-vsock"}
 		layout.TapFDs["vhost-vsock"] = 90
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/qvirt/qvirt/launcher/accesscred"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
 	"github.com/qvirt/qvirt/launcher/guestagent"
@@ -59,12 +61,16 @@ func (v *VM) syncCredentials(c *guestagent.Client, spec []*launcherapi.AccessCre
 			fail(fmt.Sprintf("Error encountered setting password for user [%s]: %v", user, err))
 		}
 	}
-	if st.Succeeded {
+	switch {
+	case st.Succeeded:
 		s.applied, s.at = &want, time.Now()
 		v.log.Info("access credentials applied through the guest agent", "users", len(want.AuthorizedKeys), "passwords", len(want.Passwords))
-	} else {
+	case !proto.Equal(st, s.last):
+		// Retried at every poll; said once per reason.
 		s.applied = nil
 		v.log.Info("access credentials not applied", "reason", st.Message)
+	default:
+		s.applied = nil
 	}
 	s.last = st
 	return st

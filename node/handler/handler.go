@@ -77,6 +77,9 @@ func New(c client.Client, opts Options) *Handler {
 	if opts.LauncherCallTimeout <= 0 {
 		opts.LauncherCallTimeout = DefaultLauncherCallTimeout
 	}
+	if opts.VhostVsockPath == "" {
+		opts.VhostVsockPath = DefaultVhostVsockPath
+	}
 	return &Handler{opts: opts, client: c, log: opts.Log, vms: map[types.UID]*vmState{}, byName: map[types.NamespacedName]types.UID{},
 		wake: make(chan event.GenericEvent, 1024), sweep: make(chan struct{}, 1)}
 }

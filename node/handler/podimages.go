@@ -216,20 +216,22 @@ func refusedLink(dir int, image, rel string) error {
 	return fmt.Errorf("refused /%s in image %s: its path holds a symbolic link, and links in images are not followed so that no path leads out of the image", rel, image)
 }
 
-// imagesFor is where the VM's images come from: the launcher pod's image volumes. Without any
+// volumePod is the VMI's launcher pod when the VM has image or secret volumes, which the node
+// finds by the pod spec; nil when it has none.
+func (h *Handler) volumePod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
+	if !bootsFromImages(vmi) && !launcherspec.ReadsSecrets(vmi) {
+		return nil, nil
+	}
+	return h.launcherPod(ctx, vmi)
+}
+
+// imagesIn is where the VM's images come from: the launcher pod's image volumes. Without any
 // (a VM booting from no image), nil: launcherspec then refuses every image with a clear error.
-func (h *Handler) imagesFor(ctx context.Context, vmi *v1.VirtualMachineInstance, lc *launcherConn) (launcherspec.ImageResolver, error) {
-	if !bootsFromImages(vmi) {
-		return nil, nil
+func imagesIn(vmi *v1.VirtualMachineInstance, pod *corev1.Pod, lc *launcherConn) launcherspec.ImageResolver {
+	if !bootsFromImages(vmi) || pod == nil || !hasImageVolumes(pod) {
+		return nil
 	}
-	pod, err := h.launcherPod(ctx, vmi)
-	if err != nil {
-		return nil, err
-	}
-	if !hasImageVolumes(pod) {
-		return nil, nil
-	}
-	return newPodImages(pod, lc.pid, "/proc"), nil
+	return newPodImages(pod, lc.pid, "/proc")
 }
 
 func bootsFromImages(vmi *v1.VirtualMachineInstance) bool {

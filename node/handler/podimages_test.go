@@ -257,7 +257,11 @@ func TestImagesForPicksTheLaunchersSource(t *testing.T) {
 			if tc.noImage {
 				vmi.Spec.Volumes = nil
 			}
-			r, err := h.imagesFor(context.Background(), vmi, lc)
+			pod, err := h.volumePod(context.Background(), vmi)
+			var r launcherspec.ImageResolver
+			if err == nil {
+				r = imagesIn(vmi, pod, lc)
+			}
 			got := "error"
 			switch {
 			case err != nil:

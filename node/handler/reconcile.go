@@ -152,16 +152,13 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	images, err := h.imagesFor(ctx, vmi, lc)
+	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), NICs: map[string]launcherspec.NIC{}}
+	pod, err := h.volumePod(ctx, vmi)
 	if err != nil {
 		return nil, err
 	}
-	env := launcherspec.Env{UseEmulation: h.opts.UseEmulation(), Images: images, NICs: map[string]launcherspec.NIC{}}
-	if launcherspec.ReadsSecrets(vmi) {
-		pod, err := h.launcherPod(ctx, vmi)
-		if err != nil {
-			return nil, err
-		}
+	env.Images = imagesIn(vmi, pod, lc)
+	if pod != nil && launcherspec.ReadsSecrets(vmi) {
 		env.SecretDirs = launcherspec.SecretDirs(pod)
 	}
 	taps := map[string]*os.File{}
@@ -174,11 +171,7 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 		env.NICs[name] = launcherspec.NIC{TapFDName: fdName, MAC: nic.MAC}
 		taps[fdName] = nic.Tap
 	}
-	vhostPath := h.opts.VhostVsockPath
-	if vhostPath == "" {
-		vhostPath = DefaultVhostVsockPath
-	}
-	vsockDev, vsock, err := openVSOCK(vmi, vhostPath, h.opts.NodeName)
+	vsockDev, vsock, err := openVSOCK(vmi, h.opts.VhostVsockPath, h.opts.NodeName)
 	if err != nil {
 		return nil, err
 	}

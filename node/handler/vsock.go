@@ -29,7 +29,7 @@ const vsockFDName = "vhost-vsock"
 // container cannot open host devices, so QEMU gets it as a descriptor, like the taps. A node
 // without the device refuses the VM with a message that says so (the VMI fails with it).
 func openVSOCK(vmi *v1.VirtualMachineInstance, path, node string) (*os.File, *launcherapi.VSOCK, error) {
-	if v := vmi.Spec.Domain.Devices.AutoattachVSOCK; v == nil || !*v {
+	if !vmi.Spec.Domain.Devices.WantsVSOCK() {
 		return nil, nil, nil
 	}
 	cid := vmi.Status.VSOCKCID
@@ -49,7 +49,7 @@ func openVSOCK(vmi *v1.VirtualMachineInstance, path, node string) (*os.File, *la
 
 // vsockCID is the context ID of a running VMI with a VSOCK device.
 func vsockCID(vmi *v1.VirtualMachineInstance) (uint32, error) {
-	if v := vmi.Spec.Domain.Devices.AutoattachVSOCK; v == nil || !*v {
+	if !vmi.Spec.Domain.Devices.WantsVSOCK() {
 		return 0, fmt.Errorf("VSOCK is not attached")
 	}
 	if vmi.Status.VSOCKCID == nil {

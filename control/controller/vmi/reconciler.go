@@ -80,7 +80,7 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *virtv1.VirtualMachineIn
 		return ctrl.Result{}, r.cleanupFinal(ctx, vmi, pods)
 	}
 
-	if wantsVSOCK(vmi) && vmi.Status.VSOCKCID == nil {
+	if vmi.Spec.Domain.Devices.WantsVSOCK() && vmi.Status.VSOCKCID == nil {
 		// Recorded before any pod runs the VM, which the node agent starts with it.
 		cid, err := r.CIDs.Allocate(ctx, r.Client, vmi)
 		if err != nil {

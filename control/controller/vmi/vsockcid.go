@@ -72,9 +72,3 @@ func (a *CIDs) Allocate(ctx context.Context, reader client.Reader, vmi *virtv1.V
 	}
 	return 0, ErrNoCID
 }
-
-// wantsVSOCK reports a VMI that asks for a VSOCK device.
-func wantsVSOCK(vmi *virtv1.VirtualMachineInstance) bool {
-	v := vmi.Spec.Domain.Devices.AutoattachVSOCK
-	return v != nil && *v
-}
