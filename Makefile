@@ -11,7 +11,7 @@ APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat ssh
 
 COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
 
-.PHONY: all deps apt cni tools monitoring-tools k8s nodes node-apt build generate guest test test-unit bench run up down launcher-run clean vet fmt
+.PHONY: all deps apt cni tools monitoring-tools k8s nodes node-apt storage-tools build generate guest test test-unit bench run up down launcher-run clean vet fmt
 
 all: build
 
@@ -89,7 +89,7 @@ $(K8S)/etcd: hack/k8s/etcd/go.mod hack/k8s/etcd/go.sum $(wildcard hack/k8s/etcd/
 ## _tools/node/ from the Go module proxy; rebuilt only when hack/containerd or hack/registry change.
 NODE_TOOLS := $(TOOLS)/node
 CONTAINERD_CMDS := containerd containerd-shim-runc-v2 ctr
-nodes: node-apt $(addprefix $(NODE_TOOLS)/,$(CONTAINERD_CMDS)) $(NODE_TOOLS)/registry
+nodes: node-apt $(addprefix $(NODE_TOOLS)/,$(CONTAINERD_CMDS)) $(NODE_TOOLS)/registry storage-tools
 
 node-apt:
 	@if ! command -v runc >/dev/null || ! command -v iptables >/dev/null || ! command -v nsenter >/dev/null; then \
@@ -109,6 +109,20 @@ $(NODE_TOOLS)/registry: hack/registry/go.mod hack/registry/go.sum
 	@mkdir -p $(NODE_TOOLS)
 	@echo ">> building the OCI registry (distribution v3)"
 	@cd hack/registry && CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -o $@.tmp github.com/distribution/distribution/v3/cmd/registry && mv $@.tmp $@
+
+## storage-tools: the local cluster's storage provisioner (deploy/storage/), rancher's
+## local-path-provisioner, into _tools/node/ from the Go module proxy; the local cluster packages
+## it as an image. Not part of qvirt: users bring their own provisioner.
+LOCAL_PATH_VERSION := v0.0.30
+LOCAL_PATH_STAMP := $(NODE_TOOLS)/.local-path-provisioner-$(LOCAL_PATH_VERSION)
+storage-tools: $(LOCAL_PATH_STAMP)
+
+$(LOCAL_PATH_STAMP):
+	@mkdir -p $(NODE_TOOLS)
+	@echo ">> building local-path-provisioner $(LOCAL_PATH_VERSION), ~2 min the first time"
+	@start=$$(date +%s); GOBIN=$(NODE_TOOLS) GOFLAGS=-mod=mod CGO_ENABLED=0 $(GO) install -ldflags '-s -w -X main.VERSION=$(LOCAL_PATH_VERSION)' \
+		github.com/rancher/local-path-provisioner@$(LOCAL_PATH_VERSION) && touch $@ && \
+		echo ">> built local-path-provisioner in $$(( $$(date +%s) - start )) s"
 
 ## build: compile every command into bin/, and the pause image's static binary.
 build:

@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -21,6 +22,12 @@ const (
 	TinyDiskImage   = "qvirt/tiny-disk:latest"
 	// PrivateTinyDiskImage is the same disk in the private registry, pulled as localhost:5001/<name>.
 	PrivateTinyDiskImage = "private/tiny-disk:latest"
+	// LocalPathProvisionerImage and LocalPathHelperImage are the local cluster's storage
+	// (deploy/storage/), pulled as localhost:5000/<name>. LocalPathHelperImage has busybox's sh.
+	LocalPathProvisionerImage = "local-path-provisioner:" + LocalPathProvisionerVersion
+	LocalPathHelperImage      = "local-path-helper:latest"
+	// LocalPathProvisionerVersion is what `make storage-tools` builds.
+	LocalPathProvisionerVersion = "v0.0.30"
 )
 
 type pushJob struct {
@@ -37,6 +44,8 @@ func (c *Cluster) pushJobs() []pushJob {
 		{TinyKernelImage, func() (v1.Image, error) { return ociimages.TinyKernel(guest) }, false},
 		{TinyDiskImage, func() (v1.Image, error) { return ociimages.TinyDisk(guest) }, false},
 		{PrivateTinyDiskImage, func() (v1.Image, error) { return ociimages.TinyDisk(guest) }, true},
+		{LocalPathProvisionerImage, func() (v1.Image, error) { return ociimages.LocalPathProvisioner(c.localPathProvisionerBinary()) }, false},
+		{LocalPathHelperImage, ociimages.LocalPathHelper, false},
 	}
 	for _, name := range ociimages.Components {
 		jobs = append(jobs, pushJob{"qvirt/" + name + ":" + ComponentTag, func() (v1.Image, error) { return ociimages.Component(bin, name) }, false})
@@ -62,4 +71,9 @@ func (c *Cluster) pushImages(ctx context.Context) error {
 		c.opts.Log.V(1).Info("image pushed", "image", j.repoTag, "registry", addr, "elapsed", time.Since(began).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// localPathProvisionerBinary is the storage provisioner `make storage-tools` builds.
+func (c *Cluster) localPathProvisionerBinary() string {
+	return filepath.Join(c.opts.ToolsDir, "node", "local-path-provisioner")
 }

@@ -35,11 +35,15 @@ func (c *Cluster) apply(ctx context.Context, path string) error {
 	return err
 }
 
-// install follows deploy/README.md: namespace and CRDs, RBAC, the certificates as Secrets, virt-api
-// with its webhooks and APIService (caBundle filled in), virt-controller, virt-handler, the KubeVirt
-// CR; then it waits until every component runs and each node is schedulable for VMs.
+// install gives the cluster its storage (deploy/storage/, not part of qvirt) and then follows
+// deploy/README.md: namespace and CRDs, RBAC, the certificates as Secrets, virt-api with its
+// webhooks and APIService (caBundle filled in), virt-controller, virt-handler, the KubeVirt CR; then
+// it waits until every component runs and each node is schedulable for VMs.
 func (c *Cluster) install(ctx context.Context) error {
 	deploy := filepath.Join(c.opts.Root, "deploy")
+	if err := c.apply(ctx, filepath.Join(deploy, "storage")); err != nil {
+		return err
+	}
 	for _, f := range []string{"namespace.yaml", "crds"} {
 		if err := c.apply(ctx, filepath.Join(deploy, f)); err != nil {
 			return err
@@ -170,11 +174,13 @@ func (c *Cluster) withCABundle(path string) (string, error) {
 	return dst, os.WriteFile(dst, bytes.Join(out, []byte("\n---\n")), 0o644)
 }
 
-// waitInstalled waits for virt-api and virt-controller to be available, virt-handler to run on
-// every node, the subresource API to be served, and every node to be schedulable for VMs.
+// waitInstalled waits for the storage provisioner, virt-api and virt-controller to be available,
+// virt-handler to run on every node, the subresource API to be served, and every node to be
+// schedulable for VMs.
 func (c *Cluster) waitInstalled(ctx context.Context) error {
-	c.progress("waiting for virt-api, virt-controller and virt-handler pods")
+	c.progress("waiting for the storage provisioner and the virt-api, virt-controller and virt-handler pods")
 	steps := []struct{ what, args string }{
+		{"local-path-provisioner", "rollout status -n local-path-storage deployment/local-path-provisioner --timeout=5m"},
 		{"virt-api", "rollout status -n kubevirt deployment/virt-api --timeout=5m"},
 		{"virt-controller", "rollout status -n kubevirt deployment/virt-controller --timeout=5m"},
 		{"virt-handler", "rollout status -n kubevirt daemonset/virt-handler --timeout=5m"},

@@ -1,8 +1,9 @@
 // Package localcluster runs a real Kubernetes cluster on one machine and installs qvirt on it the
 // way a user installs it on theirs: the control plane (controlplane), nodes that are real kubelets
 // with containerd (nodes), an OCI registry the nodes pull from (registry), images built from bin/
-// (ociimages), and then deploy/'s manifests, whose pods are virt-api, virt-controller and
-// virt-handler. `make run`, `make up` and the end-to-end tests bring it up this way.
+// (ociimages), a storage provisioner with a default StorageClass (deploy/storage/, the cluster's
+// storage and not qvirt's), and then deploy/'s manifests, whose pods are virt-api, virt-controller
+// and virt-handler. `make run`, `make up` and the end-to-end tests bring it up this way.
 //
 // Nothing here is product code: control/, node/ and launcher/ never import it.
 package localcluster
@@ -115,6 +116,17 @@ func (c *Cluster) VMDir(node, uid string) string {
 	return ""
 }
 
+// NodeKubeletPath is the host path of a path under /var/lib/kubelet on node (where the local
+// storage provisioner's volumes are), "" when node is unknown or p is elsewhere.
+func (c *Cluster) NodeKubeletPath(node, p string) string {
+	n := c.Nodes.Node(node)
+	rel, err := filepath.Rel("/var/lib/kubelet", p)
+	if n == nil || err != nil || !filepath.IsLocal(rel) {
+		return ""
+	}
+	return filepath.Join(n.KubeletDir(), rel)
+}
+
 func (c *Cluster) progress(format string, a ...any) {
 	fmt.Fprintf(c.opts.Progress, ">> "+format+"\n", a...)
 	c.opts.Log.Info(fmt.Sprintf(format, a...))
@@ -209,6 +221,9 @@ func (c *Cluster) checkInputs() error {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
 			return fmt.Errorf("%s not built (run `make build`): %w", b, err)
 		}
+	}
+	if _, err := os.Stat(c.localPathProvisionerBinary()); err != nil {
+		return fmt.Errorf("the storage provisioner is not built (run `make storage-tools`): %w", err)
 	}
 	for _, f := range []string{"vmlinuz", "initrd.img", "disk.qcow2"} {
 		if _, err := os.Stat(filepath.Join(o.GuestDir, f)); err != nil {

@@ -76,6 +76,9 @@ func (n *Node) cgroupRoot() string { return n.opts.Network.cgroupPrefix() + n.Na
 // VMDir is the host directory that the node's pods see as /run/qvirt (and /var/run/qvirt).
 func (n *Node) VMDir() string { return n.paths.qvirtRunDir() }
 
+// KubeletDir is the host directory the node's processes and pods see as /var/lib/kubelet.
+func (n *Node) KubeletDir() string { return n.paths.kubeletDir() }
+
 // LogDir holds the node's process logs.
 func (n *Node) LogDir() string { return n.paths.logDir() }
 

@@ -125,8 +125,11 @@ func binaryFiles(src, inImage string) ([]File, error) {
 	return append(t.Files(), File{Path: inImage, Source: src, Mode: 0o755}), nil
 }
 
-// busyboxFiles is the host's static /bin/busybox with applet links beside it, in the image's /bin.
-func busyboxFiles() ([]File, error) {
+// busyboxFiles is the host's static /bin/busybox with links for busyboxApplets beside it.
+func busyboxFiles() ([]File, error) { return busyboxWith(busyboxApplets) }
+
+// busyboxWith is the host's static /bin/busybox with applet links beside it, in the image's /bin.
+func busyboxWith(applets []string) ([]File, error) {
 	t := newHostTree()
 	if err := t.Add("/bin/busybox"); err != nil {
 		return nil, fmt.Errorf("busybox (Debian package busybox-static): %w", err)
@@ -134,7 +137,7 @@ func busyboxFiles() ([]File, error) {
 	bb := t.Resolve("/bin/busybox")
 	binDir := t.Resolve("/bin")
 	files := t.Files()
-	for _, applet := range busyboxApplets {
+	for _, applet := range applets {
 		target := bb
 		if path.Dir(bb) == binDir {
 			target = path.Base(bb)
