@@ -40,8 +40,8 @@ func BenchmarkControllerScale(b *testing.B) {
 	for i := 0; i < 4; i++ {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%d", i), Labels: map[string]string{"kubevirt.io/schedulable": "true", "kubernetes.io/hostname": fmt.Sprintf("scale-%d", i)}},
 			Status: corev1.NodeStatus{
-				Capacity:    corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1000"), corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti")},
-				Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1000"), corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti")},
+				Capacity:    scaleNodeResources(),
+				Allocatable: scaleNodeResources(),
 				Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
 			}}
 		if _, err := kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
@@ -111,4 +111,10 @@ func rssOf(tb testing.TB, pid int) uint64 {
 		}
 	}
 	return 0
+}
+
+// scaleNodeResources are a large node's, with the device plugins' units of a node with KVM.
+func scaleNodeResources() corev1.ResourceList {
+	return corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1000"), corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti"),
+		"devices.kubevirt.io/kvm": resource.MustParse("1000"), "devices.kubevirt.io/tun": resource.MustParse("1000"), "devices.kubevirt.io/vhost-net": resource.MustParse("1000")}
 }

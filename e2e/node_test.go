@@ -39,6 +39,10 @@ func TestVMsOnNodes(t *testing.T) {
 		t.Errorf("bridge-bound guest reports %s, pod IP is %s", bridge.Status.Interfaces[0].IP, bridgePod.Status.PodIP)
 	}
 
+	t.Run("launcher pods get their devices from the device plugins", func(t *testing.T) {
+		requireDevicesFromPlugins(t, bridgePod)
+		requireDevicesFromPlugins(t, masqPod)
+	})
 	t.Run("bridge binding answers another pod", func(t *testing.T) {
 		httpFromPod(t, c, masqPod, "http://"+bridge.Status.Interfaces[0].IP+"/", "qvirt-guest")
 	})

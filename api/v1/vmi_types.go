@@ -318,7 +318,37 @@ type VolumeStatus struct {
 	// Size in bytes.
 	// +optional
 	Size int64 `json:"size,omitempty"`
+	// PersistentVolumeClaimInfo describes the claim behind a persistentVolumeClaim volume, as
+	// virt-controller found it when it made the launcher pod.
+	// +optional
+	PersistentVolumeClaimInfo *PersistentVolumeClaimInfo `json:"persistentVolumeClaimInfo,omitempty"`
 }
+
+// PersistentVolumeClaimInfo is the state of a claim a VMI uses.
+type PersistentVolumeClaimInfo struct {
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+	// +optional
+	// +listType=atomic
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+	// +optional
+	VolumeMode *corev1.PersistentVolumeMode `json:"volumeMode,omitempty"`
+	// Capacity of the bound volume.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+	// Requests of the claim.
+	// +optional
+	Requests corev1.ResourceList `json:"requests,omitempty"`
+	// +optional
+	Preallocated bool `json:"preallocated,omitempty"`
+	// FilesystemOverhead is the share of a Filesystem volume kept free of the disk image
+	// (a decimal fraction, e.g. "0.055").
+	// +optional
+	FilesystemOverhead *Percent `json:"filesystemOverhead,omitempty"`
+}
+
+// Percent is a decimal fraction between 0 and 1, as a string.
+type Percent string
 
 // CPUTopology is the vCPU layout in use.
 type CPUTopology struct {

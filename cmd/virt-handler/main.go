@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/qvirt/qvirt/node/agent"
+	"github.com/qvirt/qvirt/node/deviceplugin"
 	"github.com/qvirt/qvirt/node/handler"
 	"github.com/qvirt/qvirt/node/nodeapi"
 	"github.com/qvirt/qvirt/node/podnet"
@@ -38,7 +40,14 @@ func main() {
 	o.APILimits.RegisterFlags(flag.CommandLine)
 	flag.DurationVar(&o.LauncherCallTimeout, "launcher-call-timeout", handler.DefaultLauncherCallTimeout, "how long a command or screenshot waits for a VM's launcher")
 	flag.IntVar(&o.MaxPortForwardsPerVMI, "max-port-forwards-per-vmi", handler.DefaultMaxPortForwardsPerVMI, "port-forward streams open to one VMI at once; more are answered 429; 0: no cap")
+	dp := deviceplugin.Options{}
+	flag.StringVar(&dp.Dir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory (holding kubelet.sock); empty offers no devices")
+	flag.IntVar(&dp.Count, "max-devices", deviceplugin.DefaultCount, "units offered of each device (VMs per node that can use it)")
+	flag.StringVar(&dp.HostRoot, "host-root", deviceplugin.DefaultHostRoot, "the host's filesystem as this process sees it, where devices are looked for")
 	flag.Parse()
+	if dp.Dir != "" {
+		o.DevicePlugins = &dp
+	}
 
 	log := klog.Background().WithName("virt-handler").WithValues("node", o.NodeName)
 	fail := func(err error, msg string) {

@@ -25,6 +25,18 @@ const (
 	DefaultBurst int     = 50
 )
 
+// Oldest is the KubeVirt CR in force among several (nil for none): only one installation per
+// cluster is valid, and the first one made is it.
+func Oldest(items []v1.KubeVirt) *v1.KubeVirt {
+	var kv *v1.KubeVirt
+	for i := range items {
+		if kv == nil || items[i].CreationTimestamp.Before(&kv.CreationTimestamp) {
+			kv = &items[i]
+		}
+	}
+	return kv
+}
+
 // Snapshot is the configuration at one point in time.
 type Snapshot struct {
 	FeatureGates map[string]bool

@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
@@ -89,13 +91,7 @@ func (w *Watcher) refresh(ctx context.Context) {
 		w.log.Error(err, "listing KubeVirt CRs")
 		return
 	}
-	var kv *v1.KubeVirt
-	for i := range list.Items {
-		if kv == nil || list.Items[i].CreationTimestamp.Before(&kv.CreationTimestamp) {
-			kv = &list.Items[i]
-		}
-	}
-	next := From(kv, w.component)
+	next := From(Oldest(list.Items), w.component)
 	w.mu.Lock()
 	if next.Equal(w.current) {
 		w.mu.Unlock()
@@ -108,4 +104,14 @@ func (w *Watcher) refresh(ctx context.Context) {
 	for _, fn := range listeners {
 		fn(next)
 	}
+}
+
+// Read derives component c's snapshot from the KubeVirt CRs r sees (a controller's cache, which
+// keeps them current without a watcher of its own).
+func Read(ctx context.Context, r client.Reader, c Component) (Snapshot, error) {
+	var list v1.KubeVirtList
+	if err := r.List(ctx, &list); err != nil {
+		return Snapshot{}, fmt.Errorf("listing KubeVirt CRs: %w", err)
+	}
+	return From(Oldest(list.Items), c), nil
 }

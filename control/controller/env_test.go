@@ -178,6 +178,10 @@ func (e *env) node(ctx context.Context, name string) {
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
 		corev1.ResourcePods:   resource.MustParse("500"),
+		// What a node agent's device plugins offer on a node with KVM.
+		launcherpod.KVMDevice:      resource.MustParse("1000"),
+		launcherpod.TunDevice:      resource.MustParse("1000"),
+		launcherpod.VhostNetDevice: resource.MustParse("1000"),
 	}
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		launcherpod.SchedulableNodeLabel: "true",

@@ -232,10 +232,8 @@ func unsupportedVolumeSource(vp *field.Path, s v1.VolumeSource) field.ErrorList 
 			errs = append(errs, unsupported(vp.Child(f.name), f.what))
 		}
 	}
-	if s.PersistentVolumeClaim != nil {
-		// Launcher pods do not mount claims, so a node could not start the VM.
-		errs = append(errs, unsupported(vp.Child("persistentVolumeClaim"),
-			"persistentVolumeClaim volumes yet (launcher pods do not mount claims): use containerDisk, emptyDisk or hostDisk volumes"))
+	if pvc := s.PersistentVolumeClaim; pvc != nil && pvc.Hotpluggable {
+		errs = append(errs, unsupported(vp.Child("persistentVolumeClaim", "hotpluggable"), "hotpluggable volumes"))
 	}
 	if hd := s.HostDisk; hd != nil && hd.Shared != nil && *hd.Shared {
 		errs = append(errs, unsupported(vp.Child("hostDisk", "shared"), "shared host disks"))

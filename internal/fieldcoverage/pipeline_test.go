@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
@@ -97,7 +99,17 @@ func admitVM(obj map[string]any, images launcherspec.ImageResolver) admitted {
 // QEMU's command line (virt-launcher).
 func render(vmi *v1.VirtualMachineInstance, images launcherspec.ImageResolver) admitted {
 	vmi.UID = testUID
-	pod, err := launcherpod.RenderLauncherPod(vmi, launcherpod.DefaultOptions())
+	opts := launcherpod.DefaultOptions()
+	// virt-controller finds every claim (Filesystem, 1Gi) and records it on the VMI.
+	opts.Claims = map[string]*corev1.PersistentVolumeClaim{}
+	for _, v := range vmi.Spec.Volumes {
+		if c := v.PersistentVolumeClaim; c != nil {
+			opts.Claims[c.ClaimName] = &corev1.PersistentVolumeClaim{}
+			vmi.Status.VolumeStatus = append(vmi.Status.VolumeStatus, v1.VolumeStatus{Name: v.Name,
+				PersistentVolumeClaimInfo: &v1.PersistentVolumeClaimInfo{ClaimName: c.ClaimName, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}})
+		}
+	}
+	pod, err := launcherpod.RenderLauncherPod(vmi, opts)
 	if err != nil {
 		return admitted{err: fmt.Errorf("launcher pod: %w", err)}
 	}
@@ -124,6 +136,7 @@ func render(vmi *v1.VirtualMachineInstance, images launcherspec.ImageResolver) a
 	// It finds the secrets of access credentials in the pod, and opens the VSOCK device of a
 	// VMI virt-controller gave a context ID.
 	env.SecretDirs = launcherspec.SecretDirs(pod)
+	env.Claims = launcherspec.ClaimDisks(pod, vmi)
 	if vmi.Spec.Domain.Devices.WantsVSOCK() {
 		env.VSOCK = &launcherapi.VSOCK{GuestCid: 3, VhostFdName: "vhost-vsock"}
 		layout.TapFDs["vhost-vsock"] = 90

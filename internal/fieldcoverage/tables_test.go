@@ -147,6 +147,8 @@ var sameAsUnset = map[string]map[string]string{
 	"spec.domain.devices.interfaces[].state":                                 {"up": "the default state"},
 	"spec.volumes[].containerDisk.imagePullPolicy":                           {"IfNotPresent": "the default for a tagged image"},
 	"spec.volumes[].hostDisk.shared":                                         {"false": "KubeVirt's default"},
+	"spec.volumes[].persistentVolumeClaim.readOnly":                          {"false": "the Kubernetes default"},
+	"spec.volumes[].persistentVolumeClaim.hotpluggable":                      {"false": "KubeVirt's default"},
 	"spec.accessCredentials[].userPassword.propagationMethod.qemuGuestAgent": {"{}": "the one method passwords have, which the webhook requires (the test's context writes it when left out)"},
 	"spec.networks[].pod.vmIPv6NetworkCIDR":                                  {"fd10:0:2::/120": "KubeVirt's default; the masquerade binding gives the guest no IPv6 either way"},
 }

@@ -1103,8 +1103,11 @@ type FileSource struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Format ImageFormat            `protobuf:"varint,2,opt,name=format,proto3,enum=qvirt.launcher.v1.ImageFormat" json:"format,omitempty"`
-	// Create the file with this size when it is missing (hostDisk type DiskOrCreate).
-	CreateBytes   uint64 `protobuf:"varint,3,opt,name=create_bytes,json=createBytes,proto3" json:"create_bytes,omitempty"`
+	// Create the file with this size when it is missing (hostDisk type DiskOrCreate, a
+	// Filesystem claim's disk.img).
+	CreateBytes uint64 `protobuf:"varint,3,opt,name=create_bytes,json=createBytes,proto3" json:"create_bytes,omitempty"`
+	// The path is a block device (a Block claim), opened as one.
+	BlockDevice   bool `protobuf:"varint,4,opt,name=block_device,json=blockDevice,proto3" json:"block_device,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1158,6 +1161,13 @@ func (x *FileSource) GetCreateBytes() uint64 {
 		return x.CreateBytes
 	}
 	return 0
+}
+
+func (x *FileSource) GetBlockDevice() bool {
+	if x != nil {
+		return x.BlockDevice
+	}
+	return false
 }
 
 // A blank disk created in the launcher's directory, gone with the VM.
@@ -3165,12 +3175,13 @@ const file_launcher_proto_rawDesc = "" +
 	"\x13ContainerDiskSource\x12\x1b\n" +
 	"\tbase_path\x18\x01 \x01(\tR\bbasePath\x12?\n" +
 	"\vbase_format\x18\x02 \x01(\x0e2\x1e.qvirt.launcher.v1.ImageFormatR\n" +
-	"baseFormat\"{\n" +
+	"baseFormat\"\x9e\x01\n" +
 	"\n" +
 	"FileSource\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x126\n" +
 	"\x06format\x18\x02 \x01(\x0e2\x1e.qvirt.launcher.v1.ImageFormatR\x06format\x12!\n" +
-	"\fcreate_bytes\x18\x03 \x01(\x04R\vcreateBytes\"8\n" +
+	"\fcreate_bytes\x18\x03 \x01(\x04R\vcreateBytes\x12!\n" +
+	"\fblock_device\x18\x04 \x01(\bR\vblockDevice\"8\n" +
 	"\x0fEmptyDiskSource\x12%\n" +
 	"\x0ecapacity_bytes\x18\x01 \x01(\x04R\rcapacityBytes\"\xc3\x01\n" +
 	"\x16CloudInitNoCloudSource\x12\x1b\n" +

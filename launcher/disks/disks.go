@@ -74,10 +74,14 @@ func overlay(ctx context.Context, src *launcherapi.ContainerDiskSource, path str
 
 // ensureFile leaves an existing file alone and creates a missing one only when asked to.
 func ensureFile(ctx context.Context, src *launcherapi.FileSource) (bool, error) {
-	_, err := os.Stat(src.Path)
+	fi, err := os.Stat(src.Path)
 	switch {
+	case err == nil && src.BlockDevice && fi.Mode()&os.ModeDevice == 0:
+		return false, fmt.Errorf("%s is not a block device", src.Path)
 	case err == nil:
 		return false, nil
+	case src.BlockDevice:
+		return false, fmt.Errorf("block device %s: %w", src.Path, err)
 	case !errors.Is(err, os.ErrNotExist):
 		return false, err
 	case src.CreateBytes == 0:

@@ -122,6 +122,7 @@ func diskArgs(disks []*launcherapi.Disk, l Layout) []string {
 			Index:     i,
 			Name:      d.Name,
 			Path:      img.Path,
+			Block:     img.BlockDevice,
 			Format:    formatName(img.Format),
 			ReadOnly:  d.ReadOnly || cdrom || isSeed(d),
 			BootIndex: d.BootOrder,

@@ -53,6 +53,7 @@ type blockDevice struct {
 	Index     int
 	Name      string
 	Path      string
+	Block     bool   // Path is a block device
 	Format    string // raw or qcow2
 	ReadOnly  bool
 	Driver    string // virtio-blk-pci, ide-hd, ide-cd, scsi-hd, scsi-cd
@@ -73,8 +74,12 @@ func (d blockDevice) args() []string {
 	if d.BootIndex > 0 {
 		dev += fmt.Sprintf(",bootindex=%d", d.BootIndex)
 	}
+	proto := "file"
+	if d.Block {
+		proto = "host_device"
+	}
 	return []string{
-		"-blockdev", opts("", "driver", "file", "filename", d.Path, "node-name", file, "read-only", ro),
+		"-blockdev", opts("", "driver", proto, "filename", d.Path, "node-name", file, "read-only", ro),
 		"-blockdev", opts("", "driver", d.Format, "file", file, "node-name", FormatNode(d.Index), "read-only", ro),
 		"-device", dev,
 	}

@@ -71,6 +71,8 @@ type DiskImage struct {
 	Format launcherapi.ImageFormat
 	// Generated is true when the launcher creates the file itself (overlay, blank disk, seed ISO).
 	Generated bool
+	// BlockDevice: QEMU opens Path as a block device (host_device), not as a file.
+	BlockDevice bool
 }
 
 // DiskImage resolves the file backing a disk. Files the launcher creates live in DisksDir, but
@@ -84,7 +86,7 @@ func (l Layout) DiskImage(d *launcherapi.Disk) DiskImage {
 	case *launcherapi.Disk_CloudInitNoCloud:
 		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".iso"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW, Generated: true}
 	case *launcherapi.Disk_File:
-		return DiskImage{Path: src.File.GetPath(), Format: src.File.GetFormat()}
+		return DiskImage{Path: src.File.GetPath(), Format: src.File.GetFormat(), BlockDevice: src.File.GetBlockDevice()}
 	}
 	return DiskImage{}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/qvirt/qvirt/internal/httplimit"
 	"github.com/qvirt/qvirt/internal/restmetrics"
 	"github.com/qvirt/qvirt/internal/tlsfiles"
+	"github.com/qvirt/qvirt/node/deviceplugin"
 	"github.com/qvirt/qvirt/node/handler"
 	vmimetrics "github.com/qvirt/qvirt/node/metrics"
 	"github.com/qvirt/qvirt/node/nodeapi"
@@ -79,6 +80,10 @@ type Options struct {
 	// LauncherCallTimeout and MaxPortForwardsPerVMI: see handler.Options.
 	LauncherCallTimeout   time.Duration
 	MaxPortForwardsPerVMI int
+
+	// DevicePlugins offer this node's devices to launcher pods through the kubelet; nil
+	// offers none.
+	DevicePlugins *deviceplugin.Options
 
 	Log logr.Logger
 }
@@ -164,6 +169,13 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	}
 	if err := mgr.Add(handler.DirSweeper{H: h, Reader: mgr.GetAPIReader()}); err != nil {
 		return nil, err
+	}
+	if o.DevicePlugins != nil {
+		dpo := *o.DevicePlugins
+		dpo.Log = log.WithName("deviceplugin")
+		if err := mgr.Add(deviceplugin.NewManager(dpo, func() []deviceplugin.Device { return offeredDevices(watcher.Current()) })); err != nil {
+			return nil, err
+		}
 	}
 
 	l, err := listenNodeAPI(o, getCert)
@@ -265,6 +277,18 @@ func (a *Agent) advertise(ctx context.Context, kube kubernetes.Interface, node s
 		}
 	})
 }
+
+// offeredDevices are KubeVirt's: the permanent ones, and vhost-vsock while the VSOCK gate is on.
+func offeredDevices(cfg config.Snapshot) []deviceplugin.Device {
+	devs := append([]deviceplugin.Device(nil), deviceplugin.Permanent...)
+	if cfg.FeatureGateEnabled(featureGateVSOCK) {
+		devs = append(devs, deviceplugin.VhostVsock)
+	}
+	return devs
+}
+
+// featureGateVSOCK is KubeVirt's gate of autoattachVSOCK.
+const featureGateVSOCK = "VSOCK"
 
 func orDisabled(addr string) string {
 	if addr == "" {

@@ -2,6 +2,9 @@ package handler
 
 import (
 	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 )
@@ -14,7 +17,7 @@ func liveMigratable(vmi *v1.VirtualMachineInstance) (ok bool, reason, msg string
 		switch {
 		case vol.HostDisk != nil && (vol.HostDisk.Shared == nil || !*vol.HostDisk.Shared):
 			return false, v1.VirtualMachineInstanceReasonDisksNotMigratable, "cannot migrate VMI with non-shared HostDisk"
-		case vol.PersistentVolumeClaim != nil:
+		case vol.PersistentVolumeClaim != nil && !sharedClaim(vmi, vol.PersistentVolumeClaim.ClaimName):
 			return false, v1.VirtualMachineInstanceReasonDisksNotMigratable,
 				fmt.Sprintf("cannot migrate VMI: PVC %v is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)", vol.PersistentVolumeClaim.ClaimName)
 		}
@@ -26,4 +29,15 @@ func liveMigratable(vmi *v1.VirtualMachineInstance) (ok bool, reason, msg string
 		}
 	}
 	return true, "", ""
+}
+
+// sharedClaim reports a claim that both nodes of a migration can use at once: ReadWriteMany, as
+// virt-controller recorded it on the VMI.
+func sharedClaim(vmi *v1.VirtualMachineInstance, claim string) bool {
+	for _, vs := range vmi.Status.VolumeStatus {
+		if info := vs.PersistentVolumeClaimInfo; info != nil && info.ClaimName == claim {
+			return slices.Contains(info.AccessModes, corev1.ReadWriteMany)
+		}
+	}
+	return false
 }

@@ -219,7 +219,7 @@ func refusedLink(dir int, image, rel string) error {
 // volumePod is the VMI's launcher pod when the VM has image or secret volumes, which the node
 // finds by the pod spec; nil when it has none.
 func (h *Handler) volumePod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
-	if !bootsFromImages(vmi) && !launcherspec.ReadsSecrets(vmi) {
+	if !bootsFromImages(vmi) && !launcherspec.ReadsSecrets(vmi) && !usesClaims(vmi) {
 		return nil, nil
 	}
 	return h.launcherPod(ctx, vmi)
@@ -268,4 +268,13 @@ func (h *Handler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstanc
 		return nil, fmt.Errorf("the launcher pod of %s/%s is not in the node agent's cache yet", vmi.Namespace, vmi.Name)
 	}
 	return found, nil
+}
+
+func usesClaims(vmi *v1.VirtualMachineInstance) bool {
+	for _, v := range vmi.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -161,6 +161,9 @@ func (h *Handler) start(ctx context.Context, vmi *v1.VirtualMachineInstance, st 
 	if pod != nil && launcherspec.ReadsSecrets(vmi) {
 		env.SecretDirs = launcherspec.SecretDirs(pod)
 	}
+	if pod != nil && usesClaims(vmi) {
+		env.Claims = launcherspec.ClaimDisks(pod, vmi)
+	}
 	taps := map[string]*os.File{}
 	for name, nic := range nics {
 		if nic.Tap == nil {

@@ -50,8 +50,8 @@ type Env struct {
 	Images       ImageResolver
 	// NICs by interface name; an interface without an entry is an error.
 	NICs map[string]NIC
-	// PVCPath returns the disk image path of a persistent volume claim in the launcher pod.
-	PVCPath func(claimName string) (string, error)
+	// Claims are the VMI's persistentVolumeClaim disks in the launcher's container, by claim name.
+	Claims map[string]ClaimDisk
 	// SecretDirs is where each secret of the VMI's accessCredentials appears in the launcher's
 	// container, by secret name.
 	SecretDirs map[string]string
@@ -316,16 +316,14 @@ func otherSource(ld *launcherapi.Disk, vol *v1.Volume, vmi *v1.VirtualMachineIns
 		}
 		ld.Source = &launcherapi.Disk_File{File: fs}
 	case vol.PersistentVolumeClaim != nil:
-		if env.PVCPath == nil {
-			return errors.New("persistent volume claims are not available on this node")
-		}
-		path, err := env.PVCPath(vol.PersistentVolumeClaim.ClaimName)
-		if err != nil {
-			return err
+		cd, ok := env.Claims[vol.PersistentVolumeClaim.ClaimName]
+		if !ok {
+			return fmt.Errorf("the launcher pod mounts no volume of claim %q", vol.PersistentVolumeClaim.ClaimName)
 		}
 		// A claim's disk.img is raw, as in KubeVirt, and for the hostDisk's reason: the guest
 		// writes it, so its content never decides its format.
-		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: path, Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW}}
+		ld.Source = &launcherapi.Disk_File{File: &launcherapi.FileSource{Path: cd.Path, Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW,
+			CreateBytes: cd.CreateBytes, BlockDevice: cd.Block}}
 	default:
 		return errors.New("this volume type is not supported by qvirt")
 	}

@@ -207,7 +207,7 @@ func TestGuestWrittenFilesAreRaw(t *testing.T) {
 			{Name: "claim", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{}}},
 		},
 	}}
-	spec, err := Build(vmi, Env{PVCPath: func(string) (string, error) { return claim, nil }})
+	spec, err := Build(vmi, Env{Claims: map[string]ClaimDisk{"": {Path: claim}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package launcherpod
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -39,6 +41,12 @@ type Options struct {
 	QEMUOverhead resource.Quantity
 	// GuestOverheadPercent of guest memory is added to the overhead.
 	GuestOverheadPercent int64
+	// UseEmulation is the KubeVirt CR's developerConfiguration.useEmulation: guests run under
+	// TCG, so the pod requests no /dev/kvm (nor vhost-net).
+	UseEmulation bool
+	// Claims are the claims of the VMI's persistentVolumeClaim volumes, by claim name, as they
+	// were when the pod is made (their volume mode decides a mount or a device).
+	Claims map[string]*corev1.PersistentVolumeClaim
 }
 
 // DefaultOptions returns Options with every field at its default.

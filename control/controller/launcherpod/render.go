@@ -117,6 +117,13 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 	vols, mounts := imageVolumes(vmi)
 	compute.VolumeMounts = append(compute.VolumeMounts, mounts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+	claimVols, claimMounts, claimDevices, err := claimVolumes(vmi, opts.Claims)
+	if err != nil {
+		return nil, fmt.Errorf("VMI %s/%s: %w", vmi.Namespace, vmi.Name, err)
+	}
+	compute.VolumeMounts = append(compute.VolumeMounts, claimMounts...)
+	compute.VolumeDevices = append(compute.VolumeDevices, claimDevices...)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, claimVols...)
 	secretVols, secretMounts := accessCredentialVolumes(vmi)
 	compute.VolumeMounts = append(compute.VolumeMounts, secretMounts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVols...)
@@ -229,6 +236,14 @@ func podResources(vmi *virtv1.VirtualMachineInstance, opts Options) (corev1.Reso
 			res.Limits = corev1.ResourceList{}
 		}
 		res.Limits[corev1.ResourceCPU] = cpuLimit.DeepCopy()
+	}
+	// Extended resources are asked for in limits and requests alike.
+	for name, q := range deviceResources(vmi, opts.UseEmulation) {
+		if res.Limits == nil {
+			res.Limits = corev1.ResourceList{}
+		}
+		res.Limits[name] = q.DeepCopy()
+		res.Requests[name] = q
 	}
 	return res, nil
 }

@@ -85,10 +85,7 @@ func (c *ObjectCollector) Collect(ch chan<- prometheus.Metric) {
 		log.Error(err, "Listing KubeVirt CRs for metrics")
 		return
 	}
-	var cfg config.Snapshot
-	if len(kvs.Items) > 0 {
-		cfg = config.From(&kvs.Items[0], config.VirtController)
-	}
+	cfg := config.From(config.Oldest(kvs.Items), config.VirtController)
 	ch <- prometheus.MustNewConstMetric(emulation, prometheus.GaugeValue, boolValue(cfg.UseEmulation))
 
 	var vmis virtv1.VirtualMachineInstanceList

@@ -144,7 +144,14 @@ func (r *Reconciler) admit(ctx context.Context, mig *virtv1.VirtualMachineInstan
 		return ctrl.Result{RequeueAfter: pendingRecheck}, nil
 	}
 
-	pod, err := launcherpod.RenderMigrationTargetPod(vmi, mig, node, r.Pods)
+	opts, err := vmiutil.PodOptions(ctx, r.Client, r.Pods)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if opts.Claims, err = vmiutil.Claims(ctx, r.APIReader, vmi); err != nil {
+		return ctrl.Result{}, r.fail(ctx, mig, nil, ReasonFailedCreate, fmt.Sprintf("the VMI's claims: %v", err))
+	}
+	pod, err := launcherpod.RenderMigrationTargetPod(vmi, mig, node, opts)
 	if err != nil {
 		return ctrl.Result{}, r.fail(ctx, mig, nil, ReasonFailedCreate, fmt.Sprintf("cannot render the target pod: %v", err))
 	}

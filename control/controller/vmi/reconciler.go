@@ -147,7 +147,24 @@ func (r *Reconciler) findOrCreatePod(ctx context.Context, vmi *virtv1.VirtualMac
 		return nil, nil, nil
 	}
 
-	pod, err := launcherpod.RenderLauncherPod(vmi, r.Pods)
+	opts, err := vmiutil.PodOptions(ctx, r.Client, r.Pods)
+	if err != nil {
+		return nil, nil, err
+	}
+	claims, fail, err := lookupClaims(ctx, r.APIReader, vmi)
+	if err != nil {
+		return nil, fail, err
+	}
+	opts.Claims = claims
+	if len(claims) > 0 {
+		// Recorded before the pod exists: the node agent reads the claims' sizes from it.
+		orig := vmi.DeepCopy()
+		vmi.Status.VolumeStatus = withClaimStatus(vmi, claims)
+		if err := r.Client.Status().Patch(ctx, vmi, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return nil, nil, err
+		}
+	}
+	pod, err := launcherpod.RenderLauncherPod(vmi, opts)
 	if err != nil {
 		// Rendering only fails on a spec the webhook should have refused; retrying
 		// cannot help until the VMI changes.
