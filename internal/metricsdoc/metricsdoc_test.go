@@ -206,7 +206,7 @@ families for each filesystem on a block device the guest agent reports.
 - GPU, vGPU and host-device families: qvirt assigns no host devices.
 - ` + "`kubevirt_vmi_guest_load_1m`, `_5m`, `_15m`" + `: they come from the agent's guest-get-load, which the guest agent of QEMU 7.2
   (Debian 12's, the one the test guest runs) does not have.
-- ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: qvirt has no persistentVolumeClaim volumes yet.
+- ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: virt-controller does not report claims' allocated sizes yet.
 - virt-operator's families: qvirt has no operator yet.
 `)
 	return b.Bytes()
