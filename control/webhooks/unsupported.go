@@ -127,10 +127,10 @@ func unsupportedInDomain(p *field.Path, d *v1.DomainSpec) field.ErrorList {
 }
 
 func unsupportedResource(p *field.Path, name corev1.ResourceName) field.ErrorList {
-	if name == corev1.ResourceCPU || name == corev1.ResourceMemory {
+	if name == corev1.ResourceCPU || name == corev1.ResourceMemory || name == corev1.ResourceEphemeralStorage {
 		return nil
 	}
-	return field.ErrorList{unsupported(p, fmt.Sprintf("the resource %q: only cpu and memory", name))}
+	return field.ErrorList{unsupported(p, fmt.Sprintf("the resource %q: only cpu, memory and ephemeral-storage", name))}
 }
 
 func unsupportedInDevices(p *field.Path, d *v1.Devices) field.ErrorList {

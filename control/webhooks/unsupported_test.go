@@ -40,7 +40,7 @@ func TestUnsupportedIsRefused(t *testing.T) {
 		{"spec.domain.resources.requests.nvidia.com/gpu", func(s *spec) {
 			s.Domain.Resources.Requests["nvidia.com/gpu"] = resource.MustParse("1")
 		}},
-		{"spec.domain.resources.limits.ephemeral-storage", func(s *spec) { s.Domain.Resources.Limits = quantities("ephemeral-storage", "1Gi") }},
+		{"spec.domain.resources.limits.hugepages-2Mi", func(s *spec) { s.Domain.Resources.Limits = quantities("hugepages-2Mi", "1Gi") }},
 		{"spec.domain.cpu.features", func(s *spec) { s.Domain.CPU.Features = []v1.CPUFeature{{Name: "vmx"}} }},
 		{"spec.domain.cpu.dedicatedCpuPlacement", func(s *spec) { s.Domain.CPU.DedicatedCPUPlacement = true }},
 		{"spec.domain.cpu.isolateEmulatorThread", func(s *spec) { s.Domain.CPU.IsolateEmulatorThread = true }},

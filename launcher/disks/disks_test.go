@@ -143,8 +143,8 @@ func TestOverlayInEphemeralDir(t *testing.T) {
 	if err != nil || !bytes.Contains(info, []byte("backing file: "+base)) {
 		t.Errorf("overlay: %v: %s", err, info)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "vm", "disks", "scratch.qcow2")); err != nil {
-		t.Errorf("empty disk not in the VM directory: %v", err)
+	if _, err := os.Stat(filepath.Join(dir, "ephemeral", "scratch.qcow2")); err != nil {
+		t.Errorf("empty disk not in the pod's ephemeral space: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Dir(base)); len(ents) != 1 {
 		t.Errorf("image directory holds %d files, want only the base", len(ents))

@@ -57,7 +57,8 @@ func (l Layout) MigrationSocket() string { return filepath.Join(l.Dir, Migration
 // source to mirror into.
 func (l Layout) MigrationDisksSocket() string { return filepath.Join(l.Dir, MigrationDisksSocketName) }
 
-// OverlayDir is where containerDisk overlays are written.
+// OverlayDir is where containerDisk overlays and blank disks (emptyDisk) are written: the pod's
+// own writable space, accounted as its ephemeral storage.
 func (l Layout) OverlayDir() string {
 	if l.EphemeralDir != "" {
 		return l.EphemeralDir
@@ -76,13 +77,14 @@ type DiskImage struct {
 }
 
 // DiskImage resolves the file backing a disk. Files the launcher creates live in DisksDir, but
-// for containerDisk overlays, which live in OverlayDir.
+// for containerDisk overlays and blank disks, which live in OverlayDir.
 func (l Layout) DiskImage(d *launcherapi.Disk) DiskImage {
 	switch src := d.Source.(type) {
 	case *launcherapi.Disk_ContainerDisk:
 		return DiskImage{Path: filepath.Join(l.OverlayDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
 	case *launcherapi.Disk_EmptyDisk:
-		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
+		// In the pod's own space too: a blank disk counts against its ephemeral storage.
+		return DiskImage{Path: filepath.Join(l.OverlayDir(), d.Name+".qcow2"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_QCOW2, Generated: true}
 	case *launcherapi.Disk_CloudInitNoCloud:
 		return DiskImage{Path: filepath.Join(l.DisksDir(), d.Name+".iso"), Format: launcherapi.ImageFormat_IMAGE_FORMAT_RAW, Generated: true}
 	case *launcherapi.Disk_File:

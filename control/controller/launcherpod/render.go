@@ -237,6 +237,7 @@ func podResources(vmi *virtv1.VirtualMachineInstance, opts Options) (corev1.Reso
 		}
 		res.Limits[corev1.ResourceCPU] = cpuLimit.DeepCopy()
 	}
+	ephemeralStorage(vmi, &res)
 	// Extended resources are asked for in limits and requests alike.
 	for name, q := range deviceResources(vmi, opts.UseEmulation) {
 		if res.Limits == nil {
