@@ -209,3 +209,68 @@ func TestABlockClaimIsTheGuestsDisk(t *testing.T) {
 		t.Fatal("what the guest wrote to its disk is not on the node's block device")
 	}
 }
+
+// TestASharedClaimMigratesWithTheVM: a ReadWriteMany claim (a hostPath volume both local nodes
+// see, as shared storage does for real nodes) makes the VM live-migratable; the target pod
+// mounts the same claim, QEMU hands the image over without copying it, and after the migration
+// the guest reads what it wrote before, on the other node.
+func TestASharedClaimMigratesWithTheVM(t *testing.T) {
+	c := localStack(t)
+	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	const name, claim = "shared-vm", "shared-vm-data"
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const pvName = "qvirt-e2e-shared"
+	t.Cleanup(func() {
+		_ = c.K8s.Kubectl("delete", "vm", name, "--wait=true", "--timeout=2m").Run()
+		_ = kube.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), claim, metav1.DeleteOptions{})
+		_ = kube.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+	})
+	rwx := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")},
+			AccessModes: rwx, PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+		}}
+	if _, err := kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "default"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: rwx, StorageClassName: ptr.To(""), VolumeName: pvName,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}}}
+	if _, err := kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vmi, ws, _, before := guestFromManifest(t, c, name, pvcVMManifest(name, claim))
+	waitCondition(t, ctx, c, name, v1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue)
+	send(t, ws, "printf 'qvirt-shared-%d\\n' $((6*7)) > /dev/vdb; sync; echo written-$((2*3))\n")
+	expect(t, ws, "written-6", 30*time.Second)
+	_ = ws.Close()
+
+	mig := &v1.VirtualMachineInstanceMigration{ObjectMeta: metav1.ObjectMeta{Name: name + "-move", Namespace: "default"},
+		Spec: v1.VirtualMachineInstanceMigrationSpec{VMIName: name}}
+	if err := kv(t, c).Create(ctx, mig); err != nil {
+		t.Fatal(err)
+	}
+	if done := migrationOf(t, ctx, c, name); done.Status.Phase != v1.MigrationSucceeded {
+		t.Fatalf("migration %s: %s (%+v)", done.Name, done.Status.Phase, done.Status.MigrationState)
+	}
+	after := getVMI(t, c, name)
+	if after.UID != vmi.UID || after.Status.NodeName == vmi.Status.NodeName || after.Status.Phase != v1.Running {
+		t.Fatalf("after the migration the VMI %s is %s on %s (it was on %s)", after.UID, after.Status.Phase, after.Status.NodeName, vmi.Status.NodeName)
+	}
+	ws = stream(t, c, "virtualmachineinstances/"+name+"/console")
+	send(t, ws, "\n")
+	expect(t, ws, "qvirt# ", 60*time.Second)
+	requireUptimeGrew(t, before, uptime(t, ws, "after"))
+	send(t, ws, "echo 3 > /proc/sys/vm/drop_caches; head -c 16 /dev/vdb\n")
+	expect(t, ws, "qvirt-shared-42", 30*time.Second)
+}
