@@ -115,6 +115,6 @@ func rssOf(tb testing.TB, pid int) uint64 {
 
 // scaleNodeResources are a large node's, with the device plugins' units of a node with KVM.
 func scaleNodeResources() corev1.ResourceList {
-	return corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1000"), corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti"),
+	return corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1000"), corev1.ResourceCPU: resource.MustParse("1000"), corev1.ResourceMemory: resource.MustParse("4Ti"), corev1.ResourceEphemeralStorage: resource.MustParse("100Ti"),
 		"devices.kubevirt.io/kvm": resource.MustParse("1000"), "devices.kubevirt.io/tun": resource.MustParse("1000"), "devices.kubevirt.io/vhost-net": resource.MustParse("1000")}
 }

@@ -178,6 +178,8 @@ func (e *env) node(ctx context.Context, name string) {
 		corev1.ResourceCPU:    resource.MustParse("64"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
 		corev1.ResourcePods:   resource.MustParse("500"),
+		// Launcher pods request their disks' ephemeral storage.
+		corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
 		// What a node agent's device plugins offer on a node with KVM.
 		launcherpod.KVMDevice:      resource.MustParse("1000"),
 		launcherpod.TunDevice:      resource.MustParse("1000"),
