@@ -156,3 +156,36 @@ func setEmulation(t *testing.T, kvc client.Client, on bool) {
 		t.Fatalf("KubeVirt CR useEmulation %t: %v", on, err)
 	}
 }
+
+// requireUnprivilegedLauncher checks, from the host's /proc, that every process of the VM's
+// compute container (virt-launcher, QEMU) runs as the qemu user with no capability, and that its
+// pod has no hostPath (Pod Security baseline admitted it in its namespace).
+func requireUnprivilegedLauncher(t *testing.T, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance, pod *corev1.Pod) {
+	t.Helper()
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			t.Errorf("launcher pod volume %s is a hostPath (%s)", v.Name, v.HostPath.Path)
+		}
+	}
+	for _, pid := range qemuPIDs(t, c, vmi) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := map[string]string{}
+		for _, line := range strings.Split(string(status), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				fields[k] = strings.Join(strings.Fields(v), " ")
+			}
+		}
+		if fields["Uid"] != "107 107 107 107" || fields["Gid"] != "107 107 107 107" {
+			t.Errorf("QEMU %d runs as uid %q gid %q, want the qemu user 107", pid, fields["Uid"], fields["Gid"])
+		}
+		if fields["CapEff"] != "0000000000000000" || fields["CapPrm"] != "0000000000000000" {
+			t.Errorf("QEMU %d has capabilities: effective %s permitted %s", pid, fields["CapEff"], fields["CapPrm"])
+		}
+		if fields["NoNewPrivs"] != "1" {
+			t.Errorf("QEMU %d may gain privileges (NoNewPrivs %q)", pid, fields["NoNewPrivs"])
+		}
+	}
+}

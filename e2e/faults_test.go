@@ -118,7 +118,7 @@ func TestLauncherPodDeletion(t *testing.T) {
 	}
 	// The old VMI's directory (logs, sockets, cloud-init ISO) goes with its VMI and pod; the
 	// new one's stays.
-	oldDir := c.VMDir(first.Status.NodeName, string(first.UID))
+	oldDir := c.VMDir(first.Status.NodeName, pod.UID)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		if _, err := os.Lstat(oldDir); errors.Is(err, fs.ErrNotExist) {
 			break
@@ -128,7 +128,7 @@ func TestLauncherPodDeletion(t *testing.T) {
 			break
 		}
 	}
-	if _, err := os.Stat(c.VMDir(second.Status.NodeName, string(second.UID))); err != nil {
+	if _, err := os.Stat(vmDir(c, second)); err != nil {
 		t.Errorf("the running VMI's directory: %v", err)
 	}
 }

@@ -241,10 +241,30 @@ func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr
 // serialLog is what a VM's serial console printed as far back as the node keeps it: the
 // launcher rotates serial0.log into serial0.log.1.
 func serialLog(c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) string {
-	dir := c.VMDir(vmi.Status.NodeName, string(vmi.UID))
+	dir := vmDir(c, vmi)
 	older, _ := os.ReadFile(filepath.Join(dir, "serial0.log.1"))
 	current, _ := os.ReadFile(filepath.Join(dir, "serial0.log"))
 	return string(older) + string(current)
+}
+
+// vmDir is the host directory of the VM directory of vmi's newest launcher pod on its node
+// ("" when there is none).
+func vmDir(c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) string {
+	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
+	if err != nil {
+		return ""
+	}
+	var newest *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName == vmi.Status.NodeName && (newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp)) {
+			newest = p
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	return c.VMDir(newest.Spec.NodeName, newest.UID)
 }
 
 // dumpVM logs the tail of a VM's serial console and QEMU logs.
@@ -256,7 +276,7 @@ func dumpVM(t testing.TB, c *localcluster.Cluster, name string) {
 	}
 	t.Logf("VMI %s: phase %s node %s conditions %+v", name, vmi.Status.Phase, vmi.Status.NodeName, vmi.Status.Conditions)
 	for _, f := range []string{"serial0.log.1", "serial0.log", "qemu.log", "launcher.log"} {
-		b, err := os.ReadFile(filepath.Join(c.VMDir(vmi.Status.NodeName, string(vmi.UID)), f))
+		b, err := os.ReadFile(filepath.Join(vmDir(c, vmi), f))
 		if err != nil {
 			continue
 		}

@@ -43,6 +43,14 @@ func TestVMsOnNodes(t *testing.T) {
 		requireDevicesFromPlugins(t, bridgePod)
 		requireDevicesFromPlugins(t, masqPod)
 	})
+	t.Run("QEMU runs as the qemu user without capabilities, in a baseline namespace", func(t *testing.T) {
+		requireUnprivilegedLauncher(t, c, bridge, bridgePod)
+		requireUnprivilegedLauncher(t, c, masq, masqPod)
+		ns, err := c.Kube.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{})
+		if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" {
+			t.Errorf("namespace default enforces %q (%v), want baseline", ns.Labels["pod-security.kubernetes.io/enforce"], err)
+		}
+	})
 	t.Run("bridge binding answers another pod", func(t *testing.T) {
 		httpFromPod(t, c, masqPod, "http://"+bridge.Status.Interfaces[0].IP+"/", "qvirt-guest")
 	})

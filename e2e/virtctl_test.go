@@ -269,7 +269,7 @@ func TestLocalConsoleRefusesALinkedSocket(t *testing.T) {
 	kubeconfig, bin, _ := cluster(t)
 	c := localStack(t)
 	vmi := getVMI(t, c, vmName)
-	dir := c.VMDir(vmi.Status.NodeName, string(vmi.UID))
+	dir := vmDir(c, vmi)
 	sock, moved := filepath.Join(dir, "serial0.sock"), filepath.Join(dir, "serial0.sock.moved")
 	if err := os.Rename(sock, moved); err != nil {
 		t.Fatal(err)

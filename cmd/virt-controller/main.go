@@ -26,7 +26,6 @@ func main() {
 	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", `directory with tls.crt and tls.key for /metrics (reloaded when they change); "" makes a self-signed certificate at start`)
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" turns it off`)
 	flag.StringVar(&o.Pods.Image, "launcher-image", launcherpod.DefaultImage, "image of the launcher pods' compute container")
-	flag.StringVar(&o.Pods.VMDirRoot, "vm-dir-root", launcherpod.DefaultVMDirRoot, "host directory holding one directory per VMI, shared with the node agent")
 	quantity(&o.Pods.LauncherOverhead, "launcher-memory-overhead", "memory of virt-launcher added to each launcher pod's request")
 	quantity(&o.Pods.QEMUOverhead, "qemu-memory-overhead", "memory of QEMU beyond guest RAM added to each launcher pod's request")
 	flag.Int64Var(&o.Pods.GuestOverheadPercent, "guest-memory-overhead-percent", launcherpod.DefaultGuestOverheadPercent, "share of guest memory added to each launcher pod's request")

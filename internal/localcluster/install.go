@@ -44,6 +44,11 @@ func (c *Cluster) install(ctx context.Context) error {
 	if err := c.apply(ctx, filepath.Join(deploy, "storage")); err != nil {
 		return err
 	}
+	// The VMs' namespace is a tenant's: Pod Security baseline enforced, restricted reported.
+	if _, err := c.kubectl(ctx, "label", "--overwrite", "namespace", "default",
+		"pod-security.kubernetes.io/enforce=baseline", "pod-security.kubernetes.io/warn=restricted"); err != nil {
+		return err
+	}
 	for _, f := range []string{"namespace.yaml", "crds"} {
 		if err := c.apply(ctx, filepath.Join(deploy, f)); err != nil {
 			return err

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
@@ -108,12 +109,9 @@ func (c *Cluster) PrivateRegistryAddr() string {
 	return net.JoinHostPort(c.Network.HostAddr().String(), fmt.Sprint(PrivateRegistryPort))
 }
 
-// VMDir is the host directory of a VMI's per-VM directory on node.
-func (c *Cluster) VMDir(node, uid string) string {
-	if n := c.Nodes.Node(node); n != nil {
-		return filepath.Join(n.VMDir(), "vms", uid)
-	}
-	return ""
+// VMDir is the host directory of a launcher pod's VM directory (its vm-dir emptyDir) on node.
+func (c *Cluster) VMDir(node string, pod types.UID) string {
+	return c.NodeKubeletPath(node, filepath.Join("/var/lib/kubelet/pods", string(pod), "volumes", "kubernetes.io~empty-dir", "vm-dir"))
 }
 
 // NodeKubeletPath is the host path of a path under /var/lib/kubelet on node (where the local

@@ -50,7 +50,8 @@ type Options struct {
 	REST      *rest.Config
 	NodeName  string
 	Namespace string // of the KubeVirt CR
-	VMDirRoot string
+	// KubeletPodsDir is the kubelet's pod directory, where launcher pods' VM directories are.
+	KubeletPodsDir string
 	// LauncherUID owns the sockets in VM directories (see handler.Options).
 	LauncherUID int
 	Network     handler.Network
@@ -150,7 +151,7 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, err
 	}
 	h := handler.New(mgr.GetClient(), handler.Options{
-		NodeName: o.NodeName, VMDirRoot: o.VMDirRoot, LauncherUID: o.LauncherUID, Network: o.Network,
+		NodeName: o.NodeName, KubeletPodsDir: o.KubeletPodsDir, LauncherUID: o.LauncherUID, Network: o.Network,
 		UseEmulation:          func() bool { return watcher.Current().UseEmulation },
 		LauncherCallTimeout:   o.LauncherCallTimeout,
 		MaxPortForwardsPerVMI: o.MaxPortForwardsPerVMI,
@@ -165,9 +166,6 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 	}
 	crmetrics.Registry.MustRegister(vmimetrics.NewCollector(o.NodeName, h))
 	if err := mgr.Add(handler.StatsPoller{H: h, Interval: o.StatsInterval}); err != nil {
-		return nil, err
-	}
-	if err := mgr.Add(handler.DirSweeper{H: h, Reader: mgr.GetAPIReader()}); err != nil {
 		return nil, err
 	}
 	if o.DevicePlugins != nil {

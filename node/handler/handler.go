@@ -19,10 +19,11 @@ import (
 // Options configure a node agent.
 type Options struct {
 	NodeName string
-	// VMDirRoot holds one directory per VMI (named by its UID), shared with the launchers.
-	VMDirRoot string
+	// KubeletPodsDir is the kubelet's directory of pods (DefaultKubeletPodsDir), where each
+	// launcher pod's VM directory, an emptyDir, is.
+	KubeletPodsDir string
 	// LauncherUID owns the sockets in a VM's directory: the uid virt-launcher and QEMU run as
-	// (root, as virt-controller renders the launcher pod). A socket owned by anyone else is
+	// (107, as virt-controller renders the launcher pod). A socket owned by anyone else is
 	// refused.
 	LauncherUID int
 	Network     Network
@@ -62,8 +63,6 @@ type Handler struct {
 
 	// wake re-queues a VMI when its launcher reports something.
 	wake chan event.GenericEvent
-	// sweep asks the DirSweeper to look for directories of VMs gone from this node.
-	sweep chan struct{}
 }
 
 // New returns a Handler using c for the API.
@@ -77,11 +76,14 @@ func New(c client.Client, opts Options) *Handler {
 	if opts.LauncherCallTimeout <= 0 {
 		opts.LauncherCallTimeout = DefaultLauncherCallTimeout
 	}
+	if opts.KubeletPodsDir == "" {
+		opts.KubeletPodsDir = DefaultKubeletPodsDir
+	}
 	if opts.VhostVsockPath == "" {
 		opts.VhostVsockPath = DefaultVhostVsockPath
 	}
 	return &Handler{opts: opts, client: c, log: opts.Log, vms: map[types.UID]*vmState{}, byName: map[types.NamespacedName]types.UID{},
-		wake: make(chan event.GenericEvent, 1024), sweep: make(chan struct{}, 1)}
+		wake: make(chan event.GenericEvent, 1024)}
 }
 
 // state returns the local state of a VMI, creating it when create is set.
@@ -92,7 +94,7 @@ func (h *Handler) state(vmi *v1.VirtualMachineInstance, create bool) *vmState {
 		return st
 	}
 	key := types.NamespacedName{Namespace: vmi.Namespace, Name: vmi.Name}
-	st := &vmState{key: key, uid: vmi.UID, dir: h.dirOf(string(vmi.UID)), sessions: map[string]closer{}}
+	st := &vmState{key: key, uid: vmi.UID, dir: h.dirOf(vmi.Namespace, vmi.UID), sessions: map[string]closer{}}
 	h.vms[vmi.UID] = st
 	h.byName[key] = vmi.UID
 	return st

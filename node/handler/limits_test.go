@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -260,7 +259,7 @@ func serveLauncher(t *testing.T, st *vmState, ls launcherapi.LauncherServer) {
 	t.Helper()
 	gs := grpc.NewServer()
 	launcherapi.RegisterLauncherServer(gs, ls)
-	l, err := net.Listen("unix", filepath.Join(st.dir.path(), server.SocketName))
+	l, err := net.Listen("unix", filepath.Join(dirPath(t, st), server.SocketName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,13 +277,13 @@ func TestAHangingLauncherStallsOnlyItsOwnVM(t *testing.T) {
 			Status: v1.VirtualMachineInstanceStatus{Phase: v1.Running, NodeName: "node01"}}
 	}
 	a, b := vmiOf("a"), vmiOf("b")
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(a, b).WithStatusSubresource(&v1.VirtualMachineInstance{}).Build()
+	c := testClient(t, a, b, testLauncherPod(a), testLauncherPod(b)).WithStatusSubresource(&v1.VirtualMachineInstance{}).Build()
 	const callTimeout = 2 * time.Second
-	h := New(c, Options{NodeName: "node01", VMDirRoot: t.TempDir(), LauncherUID: os.Geteuid(), LauncherCallTimeout: callTimeout})
+	h := New(c, Options{NodeName: "node01", KubeletPodsDir: shortTempDir(t), LauncherUID: os.Geteuid(), LauncherCallTimeout: callTimeout})
 
 	add := func(vmi *v1.VirtualMachineInstance) *vmState {
 		st := h.state(vmi, true)
-		if err := os.MkdirAll(st.dir.path(), 0o755); err != nil {
+		if err := os.MkdirAll(dirPath(t, st), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		return st
@@ -293,7 +292,7 @@ func TestAHangingLauncherStallsOnlyItsOwnVM(t *testing.T) {
 	stuck := stuckLauncher{entered: make(chan string, 16)}
 	serveLauncher(t, stA, stuck)
 	serveLauncher(t, stB, healthyLauncher{})
-	echoSocket(t, filepath.Join(stB.dir.path(), serialSocket))
+	echoSocket(t, filepath.Join(dirPath(t, stB), serialSocket))
 	for _, st := range []*vmState{stA, stB} {
 		lc, err := dialLauncher(st.dir)
 		if err != nil {

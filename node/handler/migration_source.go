@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"path/filepath"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,6 +98,11 @@ func (h *Handler) startSource(ctx context.Context, vmi *v1.VirtualMachineInstanc
 	if err != nil {
 		return 0, fmt.Errorf("node CA: %w", err)
 	}
+	dir, err := st.dir.open(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer dir.Close()
 	link := &migrationLink{uid: ms.MigrationUID}
 	for _, stream := range []int{streamState, streamDisks} {
 		addr, err := targetPort(ms, stream)
@@ -107,8 +111,14 @@ func (h *Handler) startSource(ctx context.Context, vmi *v1.VirtualMachineInstanc
 			return 0, h.writeMigration(ctx, vmi, func(s *v1.VirtualMachineInstanceMigrationState) { failMigration(s, err.Error()) })
 		}
 		sock := streamSockets[stream][1]
-		p, err := migrationproxy.ListenSource(filepath.Join(st.dir.path(), sock), addr, ms.TargetNode, cfg, h.log.WithValues("vmi", st.key.String(), "stream", sock))
+		l, err := dir.ListenUnix(sock, h.opts.LauncherUID)
 		if err != nil {
+			link.close()
+			return 0, fmt.Errorf("migration socket %s: %w", sock, err)
+		}
+		p, err := migrationproxy.NewSource(l, addr, ms.TargetNode, cfg, h.log.WithValues("vmi", st.key.String(), "stream", sock))
+		if err != nil {
+			_ = l.Close()
 			link.close()
 			return 0, fmt.Errorf("migration socket %s: %w", sock, err)
 		}

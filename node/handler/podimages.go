@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -248,8 +249,13 @@ func bootsFromImages(vmi *v1.VirtualMachineInstance) bool {
 
 // launcherPod is the VMI's live launcher pod on this node (the cache holds no other node's).
 func (h *Handler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstance) (*corev1.Pod, error) {
+	return h.launcherPodOf(ctx, vmi.Namespace, vmi.UID)
+}
+
+// launcherPodOf is launcherPod for the VMI of this namespace and UID.
+func (h *Handler) launcherPodOf(ctx context.Context, ns string, uid types.UID) (*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := h.client.List(ctx, &pods, client.InNamespace(vmi.Namespace), client.MatchingLabels{v1.CreatedByLabel: string(vmi.UID)}); err != nil {
+	if err := h.client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1.CreatedByLabel: string(uid)}); err != nil {
 		return nil, fmt.Errorf("launcher pod: %w", err)
 	}
 	var found *corev1.Pod
@@ -265,7 +271,7 @@ func (h *Handler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstanc
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("the launcher pod of %s/%s is not in the node agent's cache yet", vmi.Namespace, vmi.Name)
+		return nil, fmt.Errorf("the launcher pod of VMI %s (namespace %s) is not in the node agent's cache yet", uid, ns)
 	}
 	return found, nil
 }

@@ -77,7 +77,7 @@ func imagePod() *corev1.Pod {
 			{Name: "kernel-boot", MountPath: kernelMount, ReadOnly: true},
 		}}},
 		Volumes: []corev1.Volume{
-			{Name: "vm-dir", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/qvirt/vms/u"}}},
+			{Name: "vm-dir", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "container-disk-rootdisk", VolumeSource: image("disk:1")},
 			{Name: "kernel-boot", VolumeSource: image("kernel:1")},
 		},

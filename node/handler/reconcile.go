@@ -36,8 +36,6 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			if st := h.stateByName(req.Namespace, req.Name); st != nil {
 				h.release(st, nil)
 			}
-			// Its launcher pod may have been the last user of a VM directory.
-			h.sweepSoon()
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -270,11 +268,10 @@ func (h *Handler) stop(st *vmState, vmi *v1.VirtualMachineInstance, ls *launcher
 }
 
 // release forgets a VM that no longer runs here, freeing its network resources. Its
-// directory goes once nothing on the node needs it (DirSweeper).
+// directory is its launcher pod's, which the kubelet removes with the pod.
 func (h *Handler) release(st *vmState, _ *v1.VirtualMachineInstance) {
 	if h.opts.Network != nil {
 		h.opts.Network.Teardown(st.uid)
 	}
 	h.forget(st)
-	h.sweepSoon()
 }

@@ -60,19 +60,20 @@ func arrives(t *testing.T, got <-chan string, want string) {
 // directory of the node's holding another service's socket (host.sock).
 func runningVM(t *testing.T) (h *Handler, vmDir, hostDir string) {
 	t.Helper()
-	base := t.TempDir()
-	root, hostDir := filepath.Join(base, "vms"), filepath.Join(base, "host")
-	h = New(nil, Options{NodeName: "node01", VMDirRoot: root, LauncherUID: os.Geteuid()})
+	base := shortTempDir(t)
+	root, hostDir := filepath.Join(base, "pods"), filepath.Join(base, "host")
 	vmi := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "vm1", UID: "uid-1"}}
+	c := testClient(t, testLauncherPod(vmi)).Build()
+	h = New(c, Options{NodeName: "node01", KubeletPodsDir: root, LauncherUID: os.Geteuid()})
 	st := h.state(vmi, true)
 	st.lc = &launcherConn{dir: st.dir}
 	st.last = &launcherapi.StatusResponse{State: launcherapi.State_STATE_RUNNING}
-	for _, d := range []string{st.dir.path(), hostDir} {
+	for _, d := range []string{dirPath(t, st), hostDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return h, st.dir.path(), hostDir
+	return h, dirPath(t, st), hostDir
 }
 
 func TestConsoleReachesTheSerialSocket(t *testing.T) {
@@ -103,11 +104,11 @@ func TestVMDirSocketsRefuseLinks(t *testing.T) {
 			return err
 		}},
 		{server.SocketName, func(h *Handler) error {
-			_, err := dialLauncher(h.dirOf("uid-1"))
+			_, err := dialLauncher(h.dirOf("default", "uid-1"))
 			return err
 		}},
 		{server.FDSocketName, func(h *Handler) error {
-			return (&launcherConn{dir: h.dirOf("uid-1")}).sendTaps(map[string]*os.File{"tap-default": os.Stdin})
+			return (&launcherConn{dir: h.dirOf("default", "uid-1")}).sendTaps(map[string]*os.File{"tap-default": os.Stdin})
 		}},
 	} {
 		t.Run(tc.sock, func(t *testing.T) {

@@ -80,7 +80,7 @@ func TestVSOCKDialsTheVMIsContextID(t *testing.T) {
 	withVSOCK.Status.VSOCKCID = &cid
 	without := &v1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b", UID: "uid-b"}}
 	dialer := &fakeVSOCK{}
-	h := New(sweepReader(t, withVSOCK, without).Build(), Options{NodeName: "n1", VSOCK: dialer})
+	h := New(testClient(t, withVSOCK, without).Build(), Options{NodeName: "n1", VSOCK: dialer})
 	for _, vmi := range []*v1.VirtualMachineInstance{withVSOCK, without} {
 		st := h.state(vmi, true)
 		st.last = &launcherapi.StatusResponse{State: launcherapi.State_STATE_RUNNING}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -117,22 +116,15 @@ type Source struct {
 	conns  tracker
 }
 
-// ListenSource listens on socketPath and dials targetAddr for each connection. cfg must hold
-// the source node's certificate and the CA of node certificates; the target must present a
-// certificate for targetNode.
-func ListenSource(socketPath, targetAddr, targetNode string, cfg *tls.Config, log logr.Logger) (*Source, error) {
+// NewSource serves l (the unix socket QEMU migrates to) and dials targetAddr for each
+// connection. cfg must hold the source node's certificate and the CA of node certificates; the
+// target must present a certificate for targetNode.
+func NewSource(l net.Listener, targetAddr, targetNode string, cfg *tls.Config, log logr.Logger) (*Source, error) {
 	if len(cfg.Certificates) == 0 && cfg.GetClientCertificate == nil {
 		return nil, errors.New("migration proxy: the source needs its node's certificate")
 	}
 	cfg = cfg.Clone()
 	cfg.ServerName = targetNode
-	if err := os.Remove(socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	l, err := net.Listen("unix", socketPath)
-	if err != nil {
-		return nil, err
-	}
 	s := &Source{l: l, target: targetAddr, cfg: cfg, log: log}
 	go s.serve()
 	return s, nil

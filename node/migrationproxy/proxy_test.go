@@ -91,7 +91,11 @@ func pipe(t *testing.T, certs *nodeCerts, srcName, targetName, expectSource, exp
 	}
 	t.Cleanup(func() { tgt.Close() })
 	srcSock := filepath.Join(t.TempDir(), "source-migration.sock")
-	src, err := ListenSource(srcSock, tgt.Addr().String(), expectTarget, certs.sourceConfig(srcName), testr.New(t))
+	srcL, err := net.Listen("unix", srcSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(srcL, tgt.Addr().String(), expectTarget, certs.sourceConfig(srcName), testr.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

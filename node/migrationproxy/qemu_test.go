@@ -2,6 +2,7 @@ package migrationproxy
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -50,7 +51,11 @@ func TestQEMUMigratesThroughTheProxy(t *testing.T) {
 		}
 		t.Cleanup(func() { tgt.Close() })
 		sockets[i] = filepath.Join(src.Layout().Dir, filepath.Base(launcherSock)+".proxy")
-		s, err := ListenSource(sockets[i], tgt.Addr().String(), "node-b", certs.sourceConfig("node-a"), testr.New(t))
+		l, err := net.Listen("unix", sockets[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewSource(l, tgt.Addr().String(), "node-b", certs.sourceConfig("node-a"), testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -140,6 +140,29 @@ func (d *Dir) DialUnix(ctx context.Context, rel string, uid int) (*net.UnixConn,
 	return c.(*net.UnixConn), nil
 }
 
+// ListenUnix listens on a new unix socket name directly in d, given to uid, replacing a socket
+// already there. The socket is bound and chowned through d's descriptor, so a link put in its
+// place is never followed, and the path stays short whatever d's own path.
+func (d *Dir) ListenUnix(name string, uid int) (net.Listener, error) {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return nil, fmt.Errorf("socket name %q is not a plain name", name)
+	}
+	if err := unix.Unlinkat(d.fd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("%s in directory %s: %w", name, d.path, err)
+	}
+	l, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.fd, name))
+	if err != nil {
+		return nil, fmt.Errorf("%s in directory %s: %w", name, d.path, err)
+	}
+	// Its path names d's descriptor, which is closed by then: the socket is left to go with d.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := unix.Fchownat(d.fd, name, uid, uid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("%s in directory %s: %w", name, d.path, err)
+	}
+	return l, nil
+}
+
 // DialUnix opens dir beneath root and connects to the socket sock in it, as Dir.DialUnix.
 func DialUnix(ctx context.Context, root, dir, sock string, uid int) (*net.UnixConn, error) {
 	d, err := OpenDir(root, dir)

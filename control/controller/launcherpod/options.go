@@ -10,8 +10,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultImage     = "qvirt/virt-launcher:latest"
-	DefaultVMDirRoot = "/var/run/qvirt/vms"
+	DefaultImage = "qvirt/virt-launcher:latest"
 )
 
 // Memory overheads of a launcher pod on top of the guest memory. They come from
@@ -32,9 +31,6 @@ const DefaultGuestOverheadPercent = 2
 type Options struct {
 	// Image of the compute container.
 	Image string
-	// VMDirRoot is the host directory under which each VMI gets <uid>/, shared
-	// between the launcher and the node agent.
-	VMDirRoot string
 	// LauncherOverhead is the memory of the virt-launcher process itself.
 	LauncherOverhead resource.Quantity
 	// QEMUOverhead is QEMU's memory beyond guest RAM.
@@ -53,7 +49,6 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Image:                DefaultImage,
-		VMDirRoot:            DefaultVMDirRoot,
 		LauncherOverhead:     DefaultLauncherOverhead.DeepCopy(),
 		QEMUOverhead:         DefaultQEMUOverhead.DeepCopy(),
 		GuestOverheadPercent: DefaultGuestOverheadPercent,
@@ -65,9 +60,6 @@ func DefaultOptions() Options {
 func (o Options) withDefaults() Options {
 	if o.Image == "" {
 		o.Image = DefaultImage
-	}
-	if o.VMDirRoot == "" {
-		o.VMDirRoot = DefaultVMDirRoot
 	}
 	return o
 }

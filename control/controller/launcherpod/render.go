@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +23,10 @@ const (
 	LauncherBinary = "/usr/bin/virt-launcher"
 	// VMDirMountPath is where the per-VM directory appears in the pod.
 	VMDirMountPath = "/var/run/qvirt/vm"
-	// VMDirVolumeName is the pod volume of the per-VM directory.
+	// VMDirVolumeName is the pod volume (an emptyDir) of the per-VM directory.
 	VMDirVolumeName = "vm-dir"
+	// LauncherUID is the user (and group) virt-launcher and QEMU run as: KubeVirt's qemu.
+	LauncherUID int64 = 107
 	// SchedulableNodeLabel marks nodes whose node agent can run VMs.
 	SchedulableNodeLabel = "kubevirt.io/schedulable"
 	// GracePeriodMargin is added to the VMI's grace so that the kubelet does not
@@ -77,22 +78,30 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 				Command:      command,
 				Resources:    res,
 				VolumeMounts: []corev1.VolumeMount{{Name: VMDirVolumeName, MountPath: VMDirMountPath}},
+				// KubeVirt's qemu user, with no capability: QEMU gets its taps and its
+				// vhost-vsock device as descriptors, and its other devices from the
+				// device plugins, so the pod passes Pod Security "restricted".
 				SecurityContext: &corev1.SecurityContext{
-					// Root only to own the hostPath directory the node agent creates;
-					// QEMU gets its taps as descriptors, so no capability is needed.
-					RunAsUser:                ptr.To[int64](0),
+					RunAsUser:                ptr.To(LauncherUID),
+					RunAsGroup:               ptr.To(LauncherUID),
+					RunAsNonRoot:             ptr.To(true),
 					AllowPrivilegeEscalation: ptr.To(false),
 					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
+			// The pod's own directory, which the node agent reaches through the kubelet's
+			// pod directory: no hostPath, and the kubelet removes it with the pod.
 			Volumes: []corev1.Volume{{
-				Name: VMDirVolumeName,
-				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: path.Join(opts.VMDirRoot, string(vmi.UID)),
-					Type: ptr.To(corev1.HostPathDirectoryOrCreate),
-				}},
+				Name:         VMDirVolumeName,
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 			}},
+			// fsGroup makes secrets and claims readable (and writable) by the qemu user.
+			SecurityContext: &corev1.PodSecurityContext{
+				FSGroup:             ptr.To(LauncherUID),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+			},
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To(grace + GracePeriodMargin),
 			NodeSelector:                  nodeSelector(vmi.Spec.NodeSelector),
@@ -128,7 +137,7 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 	compute.VolumeMounts = append(compute.VolumeMounts, secretMounts...)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, secretVols...)
 	if len(vols) > 0 {
-		pod.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{ImageFilesGroup}}
+		pod.Spec.SecurityContext.SupplementalGroups = []int64{ImageFilesGroup}
 	}
 	return pod, nil
 }

@@ -34,7 +34,7 @@ func accessCredentialVolumes(vmi *virtv1.VirtualMachineInstance) ([]corev1.Volum
 		seen[secret] = true
 		name := AccessCredentialVolumePrefix + safeName(secret, validation.DNS1123LabelMaxLength-len(AccessCredentialVolumePrefix), used)
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o400)},
+			Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o440)},
 		}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: path.Join(AccessCredentialsMountPath, dir), ReadOnly: true})
 	}

@@ -40,8 +40,9 @@ func TestAccessCredentialSecretsAreMountedOnceReadOnly(t *testing.T) {
 		if errs := validation.IsDNS1123Label(v.Name); len(errs) > 0 {
 			t.Errorf("volume name %q: %v", v.Name, errs)
 		}
-		if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o400 {
-			t.Errorf("secret %s readable by others: %v", v.Secret.SecretName, v.Secret.DefaultMode)
+		// Owner and group (the pod's fsGroup, the qemu user's) only.
+		if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode != 0o440 {
+			t.Errorf("secret %s mode %v, want 0440", v.Secret.SecretName, v.Secret.DefaultMode)
 		}
 		secretOf[v.Name] = v.Secret.SecretName
 	}

@@ -74,6 +74,9 @@ state = %[2]q
     config_path = %[5]q
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
+  # Devices (device plugins', Block volumes') belong to the container's user, as KubeVirt needs
+  # for its non-root launchers.
+  device_ownership_from_security_context = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]

@@ -73,9 +73,6 @@ type Node struct {
 // cgroupRoot is the kubelet's cgroupRoot: one per node, so two kubelets never manage each other's pods.
 func (n *Node) cgroupRoot() string { return n.opts.Network.cgroupPrefix() + n.Name }
 
-// VMDir is the host directory that the node's pods see as /run/qvirt (and /var/run/qvirt).
-func (n *Node) VMDir() string { return n.paths.qvirtRunDir() }
-
 // KubeletDir is the host directory the node's processes and pods see as /var/lib/kubelet.
 func (n *Node) KubeletDir() string { return n.paths.kubeletDir() }
 
