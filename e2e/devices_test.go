@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -37,10 +36,7 @@ func hostDevices() map[deviceplugin.Device]bool {
 // vhost-net, and its allocatable count is zero for a device the host lacks.
 func TestNodesOfferTheirDevicesThroughTheKubelet(t *testing.T) {
 	c := localStack(t)
-	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := c.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, name := range e2eNodes {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,10 +37,7 @@ func pvcVMManifest(name, claim string) string {
 func TestAFilesystemClaimKeepsTheGuestsDataAcrossARestart(t *testing.T) {
 	c := localStack(t)
 	kvc := kv(t, c)
-	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := c.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	const name, claim = "pvc-vm", "pvc-vm-data"
@@ -145,10 +141,7 @@ func TestAFilesystemClaimKeepsTheGuestsDataAcrossARestart(t *testing.T) {
 // as a host_device: what the guest writes to its disk is on the node's device.
 func TestABlockClaimIsTheGuestsDisk(t *testing.T) {
 	c := localStack(t)
-	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := c.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	const name, claim, class = "block-vm", "block-vm-data", "qvirt-e2e-block"
@@ -216,10 +209,7 @@ func TestABlockClaimIsTheGuestsDisk(t *testing.T) {
 // the guest reads what it wrote before, on the other node.
 func TestASharedClaimMigratesWithTheVM(t *testing.T) {
 	c := localStack(t)
-	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := c.Kube
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	const name, claim = "shared-vm", "shared-vm-data"

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -53,10 +52,7 @@ func TestVSOCKWithoutTheHostDeviceSaysSo(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the VMI is still refused with the VSOCK gate on")
 	}
-	kube, err := kubernetes.NewForConfig(c.K8s.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := c.Kube
 	// The node agents start offering vhost-vsock (zero units here) once they see the gate.
 	res := corev1.ResourceName(deviceplugin.VhostVsock.ResourceName())
 	for _, name := range e2eNodes {
