@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/filesystem"
 	"github.com/go-logr/logr"
 
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
@@ -36,30 +37,13 @@ func TestNoCloudISOKeepsNamesAndLabel(t *testing.T) {
 	if err := WriteNoCloudISO(path, src); err != nil {
 		t.Fatal(err)
 	}
-	img, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer img.Close()
-	img.LogicalBlocksize = 2048
-	fs, err := img.GetFilesystem(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Trim(fs.Label(), " \x00"); got != NoCloudLabel {
+	if got := strings.Trim(openISO(t, path).Label(), " \x00"); got != NoCloudLabel {
 		t.Errorf("volume label %q, want %q", got, NoCloudLabel)
 	}
+	files := isoFiles(t, path, "user-data", "meta-data", "network-config")
 	for name, want := range map[string]string{"user-data": src.UserData, "meta-data": src.MetaData, "network-config": src.NetworkData} {
-		f, err := fs.OpenFile("/"+name, os.O_RDONLY)
-		if err != nil {
-			t.Fatalf("open %s: %v", name, err)
-		}
-		got, err := io.ReadAll(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != want {
-			t.Errorf("%s = %q, want %q", name, got, want)
+		if files[name] != want {
+			t.Errorf("%s = %q, want %q", name, files[name], want)
 		}
 	}
 	if out, err := exec.Command("blkid", "-o", "value", "-s", "LABEL", path).Output(); err == nil {
@@ -199,19 +183,26 @@ func TestNoCloudISOReadsSecretData(t *testing.T) {
 	}
 }
 
-// isoFiles reads the named files of the ISO9660 image at path.
-func isoFiles(t *testing.T, path string, names ...string) map[string]string {
+// openISO opens the ISO9660 filesystem of the image at path, closed when the test ends.
+func openISO(t *testing.T, path string) filesystem.FileSystem {
 	t.Helper()
 	img, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer img.Close()
+	t.Cleanup(func() { img.Close() })
 	img.LogicalBlocksize = 2048
 	fs, err := img.GetFilesystem(0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fs
+}
+
+// isoFiles reads the named files of the ISO9660 image at path.
+func isoFiles(t *testing.T, path string, names ...string) map[string]string {
+	t.Helper()
+	fs := openISO(t, path)
 	out := map[string]string{}
 	for _, name := range names {
 		f, err := fs.OpenFile("/"+name, os.O_RDONLY)
