@@ -261,4 +261,74 @@ type VirtualMachineStatus struct {
 	// RunStrategy is the last strategy acted on; RerunOnFailure needs it.
 	// +optional
 	RunStrategy VirtualMachineRunStrategy `json:"runStrategy,omitempty"`
+	// VolumeRequests are volumes to add to or remove from the VM's template and its running
+	// VMI, as addvolume and removevolume on the VM asked.
+	// +optional
+	// +listType=atomic
+	VolumeRequests []VirtualMachineVolumeRequest `json:"volumeRequests,omitempty"`
+	// MemoryDumpRequest is the state of the last memorydump or removememorydump.
+	// +optional
+	// +nullable
+	MemoryDumpRequest *VirtualMachineMemoryDumpRequest `json:"memoryDumpRequest,omitempty"`
+}
+
+// VirtualMachineVolumeRequest is one pending hotplug change; exactly one member is set.
+type VirtualMachineVolumeRequest struct {
+	// +optional
+	AddVolumeOptions *AddVolumeOptions `json:"addVolumeOptions,omitempty"`
+	// +optional
+	RemoveVolumeOptions *RemoveVolumeOptions `json:"removeVolumeOptions,omitempty"`
+}
+
+// AddVolumeOptions is the body of addvolume: the volume, and the disk that shows it to the guest.
+type AddVolumeOptions struct {
+	Name         string               `json:"name"`
+	Disk         *Disk                `json:"disk"`
+	VolumeSource *HotplugVolumeSource `json:"volumeSource"`
+	// +optional
+	// +listType=atomic
+	DryRun []string `json:"dryRun,omitempty"`
+}
+
+// RemoveVolumeOptions is the body of removevolume.
+type RemoveVolumeOptions struct {
+	Name string `json:"name"`
+	// +optional
+	// +listType=atomic
+	DryRun []string `json:"dryRun,omitempty"`
+}
+
+// MemoryDumpPhase is where a memory dump request stands.
+type MemoryDumpPhase string
+
+const (
+	// MemoryDumpAssociating: the claim is being added to the VM as a memoryDump volume.
+	MemoryDumpAssociating MemoryDumpPhase = "Associating"
+	// MemoryDumpInProgress: the claim is attached and QEMU writes the dump.
+	MemoryDumpInProgress MemoryDumpPhase = "InProgress"
+	// MemoryDumpUnmounting: the dump is written; the claim is being detached.
+	MemoryDumpUnmounting MemoryDumpPhase = "Unmounting"
+	MemoryDumpCompleted  MemoryDumpPhase = "Completed"
+	// MemoryDumpDissociating: removememorydump takes the claim off the VM.
+	MemoryDumpDissociating MemoryDumpPhase = "Dissociating"
+	MemoryDumpFailed       MemoryDumpPhase = "Failed"
+)
+
+// VirtualMachineMemoryDumpRequest is the body of memorydump, and the VM's record of the dump.
+type VirtualMachineMemoryDumpRequest struct {
+	ClaimName string `json:"claimName"`
+	// +optional
+	Phase MemoryDumpPhase `json:"phase"`
+	// Remove asks for the claim to be taken off the VM (removememorydump).
+	// +optional
+	Remove bool `json:"remove,omitempty"`
+	// +optional
+	StartTimestamp *metav1.Time `json:"startTimestamp,omitempty"`
+	// +optional
+	EndTimestamp *metav1.Time `json:"endTimestamp,omitempty"`
+	// FileName is the dump's file in the claim.
+	// +optional
+	FileName *string `json:"fileName,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
 }

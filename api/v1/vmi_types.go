@@ -301,7 +301,15 @@ type VolumePhase string
 const (
 	VolumePending VolumePhase = "Pending"
 	VolumeBound   VolumePhase = "Bound"
-	VolumeReady   VolumePhase = "Ready"
+	// HotplugVolumeAttachedToNode: the attachment pod holding the claim runs on the VMI's node.
+	HotplugVolumeAttachedToNode VolumePhase = "AttachedToNode"
+	// HotplugVolumeMounted: the node agent has handed the volume to the launcher.
+	HotplugVolumeMounted VolumePhase = "MountedToPod"
+	VolumeReady          VolumePhase = "Ready"
+	// HotplugVolumeDetaching: the volume left the spec and its attachment pod is being removed.
+	HotplugVolumeDetaching VolumePhase = "Detaching"
+	// HotplugVolumeUnMounted: QEMU no longer uses the volume.
+	HotplugVolumeUnMounted VolumePhase = "UnMountedFromPod"
 )
 
 // VolumeStatus is the observed state of one volume.
@@ -322,6 +330,33 @@ type VolumeStatus struct {
 	// virt-controller found it when it made the launcher pod.
 	// +optional
 	PersistentVolumeClaimInfo *PersistentVolumeClaimInfo `json:"persistentVolumeClaimInfo,omitempty"`
+	// HotplugVolume is set for a volume attached to the running VMI.
+	// +optional
+	HotplugVolume *HotplugVolumeStatus `json:"hotplugVolume,omitempty"`
+	// MemoryDumpVolume is set for a memoryDump volume: the dump written to it.
+	// +optional
+	MemoryDumpVolume *DomainMemoryDumpInfo `json:"memoryDumpVolume,omitempty"`
+}
+
+// HotplugVolumeStatus names the attachment pod that holds a hotplugged volume on the VMI's node.
+type HotplugVolumeStatus struct {
+	// +optional
+	AttachPodName string `json:"attachPodName,omitempty"`
+	// +optional
+	AttachPodUID types.UID `json:"attachPodUID,omitempty"`
+}
+
+// DomainMemoryDumpInfo is one memory dump written into a memoryDump volume.
+type DomainMemoryDumpInfo struct {
+	// +optional
+	StartTimestamp *metav1.Time `json:"startTimestamp,omitempty"`
+	// +optional
+	EndTimestamp *metav1.Time `json:"endTimestamp,omitempty"`
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+	// TargetFileName is the dump's file name in the claim.
+	// +optional
+	TargetFileName string `json:"targetFileName,omitempty"`
 }
 
 // PersistentVolumeClaimInfo is the state of a claim a VMI uses.

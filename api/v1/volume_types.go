@@ -39,6 +39,23 @@ type VolumeSource struct {
 	Secret *SecretVolumeSource `json:"secret,omitempty"`
 	// +optional
 	ServiceAccount *ServiceAccountVolumeSource `json:"serviceAccount,omitempty"`
+	// MemoryDump is the claim a memory dump of the running guest is written to; it is always
+	// hotplugged, by the memorydump subresource.
+	// +optional
+	MemoryDump *MemoryDumpVolumeSource `json:"memoryDump,omitempty"`
+}
+
+// MemoryDumpVolumeSource is a claim that receives memory dumps.
+type MemoryDumpVolumeSource struct {
+	PersistentVolumeClaimVolumeSource `json:",inline"`
+}
+
+// HotplugVolumeSource is what addvolume may attach to a running VMI.
+type HotplugVolumeSource struct {
+	// +optional
+	PersistentVolumeClaim *PersistentVolumeClaimVolumeSource `json:"persistentVolumeClaim,omitempty"`
+	// +optional
+	DataVolume *DataVolumeSource `json:"dataVolume,omitempty"`
 }
 
 // ContainerDiskSource is a disk image shipped in a container image.

@@ -376,8 +376,11 @@ type VMSpec struct {
 	StartPaused bool `protobuf:"varint,13,opt,name=start_paused,json=startPaused,proto3" json:"start_paused,omitempty"`
 	// Keys and passwords from secrets the pod mounts, for the guest.
 	AccessCredentials []*AccessCredential `protobuf:"bytes,14,rep,name=access_credentials,json=accessCredentials,proto3" json:"access_credentials,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Room for disks attached while the VM runs (absent: none can be): a virtio-scsi
+	// controller, and spare PCIe root ports for virtio disks on q35.
+	Hotplug       *Hotplug `protobuf:"bytes,15,opt,name=hotplug,proto3" json:"hotplug,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VMSpec) Reset() {
@@ -508,6 +511,58 @@ func (x *VMSpec) GetAccessCredentials() []*AccessCredential {
 	return nil
 }
 
+func (x *VMSpec) GetHotplug() *Hotplug {
+	if x != nil {
+		return x.Hotplug
+	}
+	return nil
+}
+
+type Hotplug struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Spare pcie-root-port devices (q35); on "pc" virtio disks go onto the root bus.
+	PcieRootPorts uint32 `protobuf:"varint,1,opt,name=pcie_root_ports,json=pcieRootPorts,proto3" json:"pcie_root_ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Hotplug) Reset() {
+	*x = Hotplug{}
+	mi := &file_launcher_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Hotplug) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Hotplug) ProtoMessage() {}
+
+func (x *Hotplug) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Hotplug.ProtoReflect.Descriptor instead.
+func (*Hotplug) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Hotplug) GetPcieRootPorts() uint32 {
+	if x != nil {
+		return x.PcieRootPorts
+	}
+	return 0
+}
+
 // AccessCredential is one of the VMI's accessCredentials: a directory holding a secret's files
 // (a pod volume, which the kubelet updates when the secret changes) and where they go.
 type AccessCredential struct {
@@ -524,7 +579,7 @@ type AccessCredential struct {
 
 func (x *AccessCredential) Reset() {
 	*x = AccessCredential{}
-	mi := &file_launcher_proto_msgTypes[1]
+	mi := &file_launcher_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +591,7 @@ func (x *AccessCredential) String() string {
 func (*AccessCredential) ProtoMessage() {}
 
 func (x *AccessCredential) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[1]
+	mi := &file_launcher_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +604,7 @@ func (x *AccessCredential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessCredential.ProtoReflect.Descriptor instead.
 func (*AccessCredential) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{1}
+	return file_launcher_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AccessCredential) GetDir() string {
@@ -613,7 +668,7 @@ type SSHPublicKeys struct {
 
 func (x *SSHPublicKeys) Reset() {
 	*x = SSHPublicKeys{}
-	mi := &file_launcher_proto_msgTypes[2]
+	mi := &file_launcher_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +680,7 @@ func (x *SSHPublicKeys) String() string {
 func (*SSHPublicKeys) ProtoMessage() {}
 
 func (x *SSHPublicKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[2]
+	mi := &file_launcher_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +693,7 @@ func (x *SSHPublicKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SSHPublicKeys.ProtoReflect.Descriptor instead.
 func (*SSHPublicKeys) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{2}
+	return file_launcher_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SSHPublicKeys) GetNoCloud() bool {
@@ -665,7 +720,7 @@ type UserPasswords struct {
 
 func (x *UserPasswords) Reset() {
 	*x = UserPasswords{}
-	mi := &file_launcher_proto_msgTypes[3]
+	mi := &file_launcher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +732,7 @@ func (x *UserPasswords) String() string {
 func (*UserPasswords) ProtoMessage() {}
 
 func (x *UserPasswords) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[3]
+	mi := &file_launcher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +745,7 @@ func (x *UserPasswords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPasswords.ProtoReflect.Descriptor instead.
 func (*UserPasswords) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{3}
+	return file_launcher_proto_rawDescGZIP(), []int{4}
 }
 
 type CPU struct {
@@ -706,7 +761,7 @@ type CPU struct {
 
 func (x *CPU) Reset() {
 	*x = CPU{}
-	mi := &file_launcher_proto_msgTypes[4]
+	mi := &file_launcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +773,7 @@ func (x *CPU) String() string {
 func (*CPU) ProtoMessage() {}
 
 func (x *CPU) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[4]
+	mi := &file_launcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +786,7 @@ func (x *CPU) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPU.ProtoReflect.Descriptor instead.
 func (*CPU) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{4}
+	return file_launcher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CPU) GetSockets() uint32 {
@@ -773,7 +828,7 @@ type Firmware struct {
 
 func (x *Firmware) Reset() {
 	*x = Firmware{}
-	mi := &file_launcher_proto_msgTypes[5]
+	mi := &file_launcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +840,7 @@ func (x *Firmware) String() string {
 func (*Firmware) ProtoMessage() {}
 
 func (x *Firmware) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[5]
+	mi := &file_launcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +853,7 @@ func (x *Firmware) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Firmware.ProtoReflect.Descriptor instead.
 func (*Firmware) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{5}
+	return file_launcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Firmware) GetUuid() string {
@@ -833,7 +888,7 @@ type KernelBoot struct {
 
 func (x *KernelBoot) Reset() {
 	*x = KernelBoot{}
-	mi := &file_launcher_proto_msgTypes[6]
+	mi := &file_launcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +900,7 @@ func (x *KernelBoot) String() string {
 func (*KernelBoot) ProtoMessage() {}
 
 func (x *KernelBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[6]
+	mi := &file_launcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +913,7 @@ func (x *KernelBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelBoot.ProtoReflect.Descriptor instead.
 func (*KernelBoot) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{6}
+	return file_launcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KernelBoot) GetKernelPath() string {
@@ -897,6 +952,7 @@ type Disk struct {
 	//	*Disk_File
 	//	*Disk_EmptyDisk
 	//	*Disk_CloudInitNoCloud
+	//	*Disk_Fd
 	Source        isDisk_Source `protobuf_oneof:"source"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -904,7 +960,7 @@ type Disk struct {
 
 func (x *Disk) Reset() {
 	*x = Disk{}
-	mi := &file_launcher_proto_msgTypes[7]
+	mi := &file_launcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +972,7 @@ func (x *Disk) String() string {
 func (*Disk) ProtoMessage() {}
 
 func (x *Disk) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[7]
+	mi := &file_launcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +985,7 @@ func (x *Disk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Disk.ProtoReflect.Descriptor instead.
 func (*Disk) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{7}
+	return file_launcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Disk) GetName() string {
@@ -1017,6 +1073,15 @@ func (x *Disk) GetCloudInitNoCloud() *CloudInitNoCloudSource {
 	return nil
 }
 
+func (x *Disk) GetFd() *FDSource {
+	if x != nil {
+		if x, ok := x.Source.(*Disk_Fd); ok {
+			return x.Fd
+		}
+	}
+	return nil
+}
+
 type isDisk_Source interface {
 	isDisk_Source()
 }
@@ -1037,6 +1102,11 @@ type Disk_CloudInitNoCloud struct {
 	CloudInitNoCloud *CloudInitNoCloudSource `protobuf:"bytes,13,opt,name=cloud_init_no_cloud,json=cloudInitNoCloud,proto3,oneof"`
 }
 
+type Disk_Fd struct {
+	// A disk attached while the VM runs, opened by the node agent.
+	Fd *FDSource `protobuf:"bytes,14,opt,name=fd,proto3,oneof"`
+}
+
 func (*Disk_ContainerDisk) isDisk_Source() {}
 
 func (*Disk_File) isDisk_Source() {}
@@ -1044,6 +1114,70 @@ func (*Disk_File) isDisk_Source() {}
 func (*Disk_EmptyDisk) isDisk_Source() {}
 
 func (*Disk_CloudInitNoCloud) isDisk_Source() {}
+
+func (*Disk_Fd) isDisk_Source() {}
+
+// A disk image or block device the caller opened (read-write) and handed in on the fd socket.
+type FDSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name under which the descriptor was handed in.
+	FdName        string      `protobuf:"bytes,1,opt,name=fd_name,json=fdName,proto3" json:"fd_name,omitempty"`
+	Format        ImageFormat `protobuf:"varint,2,opt,name=format,proto3,enum=qvirt.launcher.v1.ImageFormat" json:"format,omitempty"`
+	BlockDevice   bool        `protobuf:"varint,3,opt,name=block_device,json=blockDevice,proto3" json:"block_device,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FDSource) Reset() {
+	*x = FDSource{}
+	mi := &file_launcher_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FDSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FDSource) ProtoMessage() {}
+
+func (x *FDSource) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FDSource.ProtoReflect.Descriptor instead.
+func (*FDSource) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FDSource) GetFdName() string {
+	if x != nil {
+		return x.FdName
+	}
+	return ""
+}
+
+func (x *FDSource) GetFormat() ImageFormat {
+	if x != nil {
+		return x.Format
+	}
+	return ImageFormat_IMAGE_FORMAT_RAW
+}
+
+func (x *FDSource) GetBlockDevice() bool {
+	if x != nil {
+		return x.BlockDevice
+	}
+	return false
+}
 
 // A read-only base image; the launcher writes through a qcow2 overlay in its own directory.
 type ContainerDiskSource struct {
@@ -1056,7 +1190,7 @@ type ContainerDiskSource struct {
 
 func (x *ContainerDiskSource) Reset() {
 	*x = ContainerDiskSource{}
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1202,7 @@ func (x *ContainerDiskSource) String() string {
 func (*ContainerDiskSource) ProtoMessage() {}
 
 func (x *ContainerDiskSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[8]
+	mi := &file_launcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1215,7 @@ func (x *ContainerDiskSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerDiskSource.ProtoReflect.Descriptor instead.
 func (*ContainerDiskSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{8}
+	return file_launcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ContainerDiskSource) GetBasePath() string {
@@ -1114,7 +1248,7 @@ type FileSource struct {
 
 func (x *FileSource) Reset() {
 	*x = FileSource{}
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1260,7 @@ func (x *FileSource) String() string {
 func (*FileSource) ProtoMessage() {}
 
 func (x *FileSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[9]
+	mi := &file_launcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1273,7 @@ func (x *FileSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileSource.ProtoReflect.Descriptor instead.
 func (*FileSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{9}
+	return file_launcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FileSource) GetPath() string {
@@ -1180,7 +1314,7 @@ type EmptyDiskSource struct {
 
 func (x *EmptyDiskSource) Reset() {
 	*x = EmptyDiskSource{}
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1326,7 @@ func (x *EmptyDiskSource) String() string {
 func (*EmptyDiskSource) ProtoMessage() {}
 
 func (x *EmptyDiskSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[10]
+	mi := &file_launcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1339,7 @@ func (x *EmptyDiskSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmptyDiskSource.ProtoReflect.Descriptor instead.
 func (*EmptyDiskSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{10}
+	return file_launcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EmptyDiskSource) GetCapacityBytes() uint64 {
@@ -1231,7 +1365,7 @@ type CloudInitNoCloudSource struct {
 
 func (x *CloudInitNoCloudSource) Reset() {
 	*x = CloudInitNoCloudSource{}
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1377,7 @@ func (x *CloudInitNoCloudSource) String() string {
 func (*CloudInitNoCloudSource) ProtoMessage() {}
 
 func (x *CloudInitNoCloudSource) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[11]
+	mi := &file_launcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1390,7 @@ func (x *CloudInitNoCloudSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloudInitNoCloudSource.ProtoReflect.Descriptor instead.
 func (*CloudInitNoCloudSource) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{11}
+	return file_launcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CloudInitNoCloudSource) GetUserData() string {
@@ -1309,7 +1443,7 @@ type Interface struct {
 
 func (x *Interface) Reset() {
 	*x = Interface{}
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1455,7 @@ func (x *Interface) String() string {
 func (*Interface) ProtoMessage() {}
 
 func (x *Interface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[12]
+	mi := &file_launcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1468,7 @@ func (x *Interface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interface.ProtoReflect.Descriptor instead.
 func (*Interface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{12}
+	return file_launcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Interface) GetName() string {
@@ -1388,7 +1522,7 @@ type Devices struct {
 
 func (x *Devices) Reset() {
 	*x = Devices{}
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1534,7 @@ func (x *Devices) String() string {
 func (*Devices) ProtoMessage() {}
 
 func (x *Devices) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[13]
+	mi := &file_launcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1547,7 @@ func (x *Devices) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Devices.ProtoReflect.Descriptor instead.
 func (*Devices) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{13}
+	return file_launcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Devices) GetSerialConsole() bool {
@@ -1470,7 +1604,7 @@ type VSOCK struct {
 
 func (x *VSOCK) Reset() {
 	*x = VSOCK{}
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1616,7 @@ func (x *VSOCK) String() string {
 func (*VSOCK) ProtoMessage() {}
 
 func (x *VSOCK) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[14]
+	mi := &file_launcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1629,7 @@ func (x *VSOCK) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VSOCK.ProtoReflect.Descriptor instead.
 func (*VSOCK) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{14}
+	return file_launcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *VSOCK) GetGuestCid() uint32 {
@@ -1512,6 +1646,104 @@ func (x *VSOCK) GetVhostFdName() string {
 	return ""
 }
 
+type HotplugDisksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Disks         []*Disk                `protobuf:"bytes,1,rep,name=disks,proto3" json:"disks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotplugDisksRequest) Reset() {
+	*x = HotplugDisksRequest{}
+	mi := &file_launcher_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotplugDisksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotplugDisksRequest) ProtoMessage() {}
+
+func (x *HotplugDisksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotplugDisksRequest.ProtoReflect.Descriptor instead.
+func (*HotplugDisksRequest) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HotplugDisksRequest) GetDisks() []*Disk {
+	if x != nil {
+		return x.Disks
+	}
+	return nil
+}
+
+type DumpMemoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name under which the writable descriptor was handed in.
+	FdName string `protobuf:"bytes,1,opt,name=fd_name,json=fdName,proto3" json:"fd_name,omitempty"`
+	// Identifies this dump in the status (e.g. the target file name).
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DumpMemoryRequest) Reset() {
+	*x = DumpMemoryRequest{}
+	mi := &file_launcher_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DumpMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DumpMemoryRequest) ProtoMessage() {}
+
+func (x *DumpMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DumpMemoryRequest.ProtoReflect.Descriptor instead.
+func (*DumpMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DumpMemoryRequest) GetFdName() string {
+	if x != nil {
+		return x.FdName
+	}
+	return ""
+}
+
+func (x *DumpMemoryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1520,7 +1752,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1764,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[15]
+	mi := &file_launcher_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1777,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{15}
+	return file_launcher_proto_rawDescGZIP(), []int{19}
 }
 
 type SyncRequest struct {
@@ -1557,7 +1789,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1801,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[16]
+	mi := &file_launcher_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1814,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{16}
+	return file_launcher_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SyncRequest) GetSpec() *VMSpec {
@@ -1601,7 +1833,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1845,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[17]
+	mi := &file_launcher_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1858,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{17}
+	return file_launcher_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ShutdownRequest) GetGracePeriodSeconds() int64 {
@@ -1651,13 +1883,17 @@ type StatusResponse struct {
 	GuestAgent *GuestAgentInfo `protobuf:"bytes,8,opt,name=guest_agent,json=guestAgent,proto3" json:"guest_agent,omitempty"`
 	// Whether the guest agent applied the access credentials; absent when none goes through it.
 	AccessCredentials *AccessCredentialsStatus `protobuf:"bytes,9,opt,name=access_credentials,json=accessCredentials,proto3" json:"access_credentials,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Disks attached while the VM runs, as they are in QEMU now.
+	HotpluggedDisks []*HotpluggedDisk `protobuf:"bytes,10,rep,name=hotplugged_disks,json=hotpluggedDisks,proto3" json:"hotplugged_disks,omitempty"`
+	// The last memory dump; absent before any.
+	MemoryDump    *MemoryDumpStatus `protobuf:"bytes,11,opt,name=memory_dump,json=memoryDump,proto3" json:"memory_dump,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1905,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[18]
+	mi := &file_launcher_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1918,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{18}
+	return file_launcher_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusResponse) GetState() State {
@@ -1748,6 +1984,166 @@ func (x *StatusResponse) GetAccessCredentials() *AccessCredentialsStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetHotpluggedDisks() []*HotpluggedDisk {
+	if x != nil {
+		return x.HotpluggedDisks
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetMemoryDump() *MemoryDumpStatus {
+	if x != nil {
+		return x.MemoryDump
+	}
+	return nil
+}
+
+type HotpluggedDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The guest device name the disk is expected at (sda, vdb...), as KubeVirt reports it.
+	Target        string `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotpluggedDisk) Reset() {
+	*x = HotpluggedDisk{}
+	mi := &file_launcher_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotpluggedDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotpluggedDisk) ProtoMessage() {}
+
+func (x *HotpluggedDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotpluggedDisk.ProtoReflect.Descriptor instead.
+func (*HotpluggedDisk) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *HotpluggedDisk) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HotpluggedDisk) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type MemoryDumpStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// QEMU's dump status: active, completed or failed.
+	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	StartUnixNano int64  `protobuf:"varint,3,opt,name=start_unix_nano,json=startUnixNano,proto3" json:"start_unix_nano,omitempty"`
+	EndUnixNano   int64  `protobuf:"varint,4,opt,name=end_unix_nano,json=endUnixNano,proto3" json:"end_unix_nano,omitempty"`
+	WrittenBytes  uint64 `protobuf:"varint,5,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	TotalBytes    uint64 `protobuf:"varint,6,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Message       string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryDumpStatus) Reset() {
+	*x = MemoryDumpStatus{}
+	mi := &file_launcher_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryDumpStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryDumpStatus) ProtoMessage() {}
+
+func (x *MemoryDumpStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_launcher_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryDumpStatus.ProtoReflect.Descriptor instead.
+func (*MemoryDumpStatus) Descriptor() ([]byte, []int) {
+	return file_launcher_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MemoryDumpStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemoryDumpStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *MemoryDumpStatus) GetStartUnixNano() int64 {
+	if x != nil {
+		return x.StartUnixNano
+	}
+	return 0
+}
+
+func (x *MemoryDumpStatus) GetEndUnixNano() int64 {
+	if x != nil {
+		return x.EndUnixNano
+	}
+	return 0
+}
+
+func (x *MemoryDumpStatus) GetWrittenBytes() uint64 {
+	if x != nil {
+		return x.WrittenBytes
+	}
+	return 0
+}
+
+func (x *MemoryDumpStatus) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *MemoryDumpStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type AccessCredentialsStatus struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Succeeded bool                   `protobuf:"varint,1,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
@@ -1759,7 +2155,7 @@ type AccessCredentialsStatus struct {
 
 func (x *AccessCredentialsStatus) Reset() {
 	*x = AccessCredentialsStatus{}
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2167,7 @@ func (x *AccessCredentialsStatus) String() string {
 func (*AccessCredentialsStatus) ProtoMessage() {}
 
 func (x *AccessCredentialsStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[19]
+	mi := &file_launcher_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2180,7 @@ func (x *AccessCredentialsStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AccessCredentialsStatus.ProtoReflect.Descriptor instead.
 func (*AccessCredentialsStatus) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{19}
+	return file_launcher_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AccessCredentialsStatus) GetSucceeded() bool {
@@ -1818,7 +2214,7 @@ type GuestAgentInfo struct {
 
 func (x *GuestAgentInfo) Reset() {
 	*x = GuestAgentInfo{}
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2226,7 @@ func (x *GuestAgentInfo) String() string {
 func (*GuestAgentInfo) ProtoMessage() {}
 
 func (x *GuestAgentInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[20]
+	mi := &file_launcher_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2239,7 @@ func (x *GuestAgentInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestAgentInfo.ProtoReflect.Descriptor instead.
 func (*GuestAgentInfo) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{20}
+	return file_launcher_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GuestAgentInfo) GetConnected() bool {
@@ -1918,7 +2314,7 @@ type GuestOSInfo struct {
 
 func (x *GuestOSInfo) Reset() {
 	*x = GuestOSInfo{}
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2326,7 @@ func (x *GuestOSInfo) String() string {
 func (*GuestOSInfo) ProtoMessage() {}
 
 func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[21]
+	mi := &file_launcher_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2339,7 @@ func (x *GuestOSInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestOSInfo.ProtoReflect.Descriptor instead.
 func (*GuestOSInfo) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{21}
+	return file_launcher_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GuestOSInfo) GetName() string {
@@ -2014,7 +2410,7 @@ type GuestInterface struct {
 
 func (x *GuestInterface) Reset() {
 	*x = GuestInterface{}
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2422,7 @@ func (x *GuestInterface) String() string {
 func (*GuestInterface) ProtoMessage() {}
 
 func (x *GuestInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[22]
+	mi := &file_launcher_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2435,7 @@ func (x *GuestInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestInterface.ProtoReflect.Descriptor instead.
 func (*GuestInterface) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{22}
+	return file_launcher_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GuestInterface) GetName() string {
@@ -2074,7 +2470,7 @@ type GuestUser struct {
 
 func (x *GuestUser) Reset() {
 	*x = GuestUser{}
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2086,7 +2482,7 @@ func (x *GuestUser) String() string {
 func (*GuestUser) ProtoMessage() {}
 
 func (x *GuestUser) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[23]
+	mi := &file_launcher_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2099,7 +2495,7 @@ func (x *GuestUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestUser.ProtoReflect.Descriptor instead.
 func (*GuestUser) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{23}
+	return file_launcher_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GuestUser) GetName() string {
@@ -2136,7 +2532,7 @@ type GuestFilesystem struct {
 
 func (x *GuestFilesystem) Reset() {
 	*x = GuestFilesystem{}
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2544,7 @@ func (x *GuestFilesystem) String() string {
 func (*GuestFilesystem) ProtoMessage() {}
 
 func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[24]
+	mi := &file_launcher_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2557,7 @@ func (x *GuestFilesystem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestFilesystem.ProtoReflect.Descriptor instead.
 func (*GuestFilesystem) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{24}
+	return file_launcher_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GuestFilesystem) GetDiskName() string {
@@ -2233,7 +2629,7 @@ type MigrationStatus struct {
 
 func (x *MigrationStatus) Reset() {
 	*x = MigrationStatus{}
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2641,7 @@ func (x *MigrationStatus) String() string {
 func (*MigrationStatus) ProtoMessage() {}
 
 func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[25]
+	mi := &file_launcher_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2654,7 @@ func (x *MigrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrationStatus.ProtoReflect.Descriptor instead.
 func (*MigrationStatus) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{25}
+	return file_launcher_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MigrationStatus) GetState() string {
@@ -2402,7 +2798,7 @@ type MigrateRequest struct {
 
 func (x *MigrateRequest) Reset() {
 	*x = MigrateRequest{}
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2810,7 @@ func (x *MigrateRequest) String() string {
 func (*MigrateRequest) ProtoMessage() {}
 
 func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[26]
+	mi := &file_launcher_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2823,7 @@ func (x *MigrateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MigrateRequest.ProtoReflect.Descriptor instead.
 func (*MigrateRequest) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{26}
+	return file_launcher_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MigrateRequest) GetSocketPath() string {
@@ -2500,7 +2896,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2908,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[27]
+	mi := &file_launcher_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2921,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{27}
+	return file_launcher_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Event) GetUnixNano() int64 {
@@ -2581,7 +2977,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2989,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[28]
+	mi := &file_launcher_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +3002,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{28}
+	return file_launcher_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatsResponse) GetUnixNano() int64 {
@@ -2667,7 +3063,7 @@ type DirtyRate struct {
 
 func (x *DirtyRate) Reset() {
 	*x = DirtyRate{}
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +3075,7 @@ func (x *DirtyRate) String() string {
 func (*DirtyRate) ProtoMessage() {}
 
 func (x *DirtyRate) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[29]
+	mi := &file_launcher_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +3088,7 @@ func (x *DirtyRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirtyRate.ProtoReflect.Descriptor instead.
 func (*DirtyRate) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{29}
+	return file_launcher_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DirtyRate) GetBytesPerSecond() uint64 {
@@ -2712,7 +3108,7 @@ type CPUStats struct {
 
 func (x *CPUStats) Reset() {
 	*x = CPUStats{}
-	mi := &file_launcher_proto_msgTypes[30]
+	mi := &file_launcher_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +3120,7 @@ func (x *CPUStats) String() string {
 func (*CPUStats) ProtoMessage() {}
 
 func (x *CPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[30]
+	mi := &file_launcher_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +3133,7 @@ func (x *CPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CPUStats.ProtoReflect.Descriptor instead.
 func (*CPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{30}
+	return file_launcher_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CPUStats) GetUserNs() uint64 {
@@ -2767,7 +3163,7 @@ type VCPUStats struct {
 
 func (x *VCPUStats) Reset() {
 	*x = VCPUStats{}
-	mi := &file_launcher_proto_msgTypes[31]
+	mi := &file_launcher_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3175,7 @@ func (x *VCPUStats) String() string {
 func (*VCPUStats) ProtoMessage() {}
 
 func (x *VCPUStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[31]
+	mi := &file_launcher_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3188,7 @@ func (x *VCPUStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VCPUStats.ProtoReflect.Descriptor instead.
 func (*VCPUStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{31}
+	return file_launcher_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *VCPUStats) GetId() uint32 {
@@ -2851,7 +3247,7 @@ type MemoryStats struct {
 
 func (x *MemoryStats) Reset() {
 	*x = MemoryStats{}
-	mi := &file_launcher_proto_msgTypes[32]
+	mi := &file_launcher_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +3259,7 @@ func (x *MemoryStats) String() string {
 func (*MemoryStats) ProtoMessage() {}
 
 func (x *MemoryStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[32]
+	mi := &file_launcher_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +3272,7 @@ func (x *MemoryStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryStats.ProtoReflect.Descriptor instead.
 func (*MemoryStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{32}
+	return file_launcher_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MemoryStats) GetGuestBytes() uint64 {
@@ -2973,7 +3369,7 @@ type BlockStats struct {
 
 func (x *BlockStats) Reset() {
 	*x = BlockStats{}
-	mi := &file_launcher_proto_msgTypes[33]
+	mi := &file_launcher_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3381,7 @@ func (x *BlockStats) String() string {
 func (*BlockStats) ProtoMessage() {}
 
 func (x *BlockStats) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[33]
+	mi := &file_launcher_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3394,7 @@ func (x *BlockStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockStats.ProtoReflect.Descriptor instead.
 func (*BlockStats) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{33}
+	return file_launcher_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BlockStats) GetDrive() string {
@@ -3073,7 +3469,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_launcher_proto_msgTypes[34]
+	mi := &file_launcher_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3481,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_launcher_proto_msgTypes[34]
+	mi := &file_launcher_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3494,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_launcher_proto_rawDescGZIP(), []int{34}
+	return file_launcher_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -3112,7 +3508,7 @@ var File_launcher_proto protoreflect.FileDescriptor
 
 const file_launcher_proto_rawDesc = "" +
 	"\n" +
-	"\x0elauncher.proto\x12\x11qvirt.launcher.v1\"\xd3\x04\n" +
+	"\x0elauncher.proto\x12\x11qvirt.launcher.v1\"\x89\x05\n" +
 	"\x06VMSpec\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -3130,7 +3526,10 @@ const file_launcher_proto_rawDesc = "" +
 	"interfaces\x124\n" +
 	"\adevices\x18\f \x01(\v2\x1a.qvirt.launcher.v1.DevicesR\adevices\x12!\n" +
 	"\fstart_paused\x18\r \x01(\bR\vstartPaused\x12R\n" +
-	"\x12access_credentials\x18\x0e \x03(\v2#.qvirt.launcher.v1.AccessCredentialR\x11accessCredentials\"\xc3\x01\n" +
+	"\x12access_credentials\x18\x0e \x03(\v2#.qvirt.launcher.v1.AccessCredentialR\x11accessCredentials\x124\n" +
+	"\ahotplug\x18\x0f \x01(\v2\x1a.qvirt.launcher.v1.HotplugR\ahotplug\"1\n" +
+	"\aHotplug\x12&\n" +
+	"\x0fpcie_root_ports\x18\x01 \x01(\rR\rpcieRootPorts\"\xc3\x01\n" +
 	"\x10AccessCredential\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12J\n" +
 	"\x0fssh_public_keys\x18\x02 \x01(\v2 .qvirt.launcher.v1.SSHPublicKeysH\x00R\rsshPublicKeys\x12I\n" +
@@ -3156,7 +3555,7 @@ const file_launcher_proto_rawDesc = "" +
 	"kernelPath\x12\x1f\n" +
 	"\vinitrd_path\x18\x02 \x01(\tR\n" +
 	"initrdPath\x12\x18\n" +
-	"\acmdline\x18\x03 \x01(\tR\acmdline\"\x80\x04\n" +
+	"\acmdline\x18\x03 \x01(\tR\acmdline\"\xaf\x04\n" +
 	"\x04Disk\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x03bus\x18\x02 \x01(\x0e2\x16.qvirt.launcher.v1.BusR\x03bus\x125\n" +
@@ -3170,8 +3569,13 @@ const file_launcher_proto_rawDesc = "" +
 	"\x04file\x18\v \x01(\v2\x1d.qvirt.launcher.v1.FileSourceH\x00R\x04file\x12C\n" +
 	"\n" +
 	"empty_disk\x18\f \x01(\v2\".qvirt.launcher.v1.EmptyDiskSourceH\x00R\temptyDisk\x12Z\n" +
-	"\x13cloud_init_no_cloud\x18\r \x01(\v2).qvirt.launcher.v1.CloudInitNoCloudSourceH\x00R\x10cloudInitNoCloudB\b\n" +
-	"\x06source\"s\n" +
+	"\x13cloud_init_no_cloud\x18\r \x01(\v2).qvirt.launcher.v1.CloudInitNoCloudSourceH\x00R\x10cloudInitNoCloud\x12-\n" +
+	"\x02fd\x18\x0e \x01(\v2\x1b.qvirt.launcher.v1.FDSourceH\x00R\x02fdB\b\n" +
+	"\x06source\"~\n" +
+	"\bFDSource\x12\x17\n" +
+	"\afd_name\x18\x01 \x01(\tR\x06fdName\x126\n" +
+	"\x06format\x18\x02 \x01(\x0e2\x1e.qvirt.launcher.v1.ImageFormatR\x06format\x12!\n" +
+	"\fblock_device\x18\x03 \x01(\bR\vblockDevice\"s\n" +
 	"\x13ContainerDiskSource\x12\x1b\n" +
 	"\tbase_path\x18\x01 \x01(\tR\bbasePath\x12?\n" +
 	"\vbase_format\x18\x02 \x01(\x0e2\x1e.qvirt.launcher.v1.ImageFormatR\n" +
@@ -3209,12 +3613,17 @@ const file_launcher_proto_rawDesc = "" +
 	"\x05vsock\x18\x06 \x01(\v2\x18.qvirt.launcher.v1.VSOCKR\x05vsock\"H\n" +
 	"\x05VSOCK\x12\x1b\n" +
 	"\tguest_cid\x18\x01 \x01(\rR\bguestCid\x12\"\n" +
-	"\rvhost_fd_name\x18\x02 \x01(\tR\vvhostFdName\"\a\n" +
+	"\rvhost_fd_name\x18\x02 \x01(\tR\vvhostFdName\"D\n" +
+	"\x13HotplugDisksRequest\x12-\n" +
+	"\x05disks\x18\x01 \x03(\v2\x17.qvirt.launcher.v1.DiskR\x05disks\"<\n" +
+	"\x11DumpMemoryRequest\x12\x17\n" +
+	"\afd_name\x18\x01 \x01(\tR\x06fdName\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\a\n" +
 	"\x05Empty\"<\n" +
 	"\vSyncRequest\x12-\n" +
 	"\x04spec\x18\x01 \x01(\v2\x19.qvirt.launcher.v1.VMSpecR\x04spec\"C\n" +
 	"\x0fShutdownRequest\x120\n" +
-	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xe1\x03\n" +
+	"\x14grace_period_seconds\x18\x01 \x01(\x03R\x12gracePeriodSeconds\"\xf5\x04\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.qvirt.launcher.v1.StateR\x05state\x12>\n" +
 	"\vexit_reason\x18\x02 \x01(\x0e2\x1d.qvirt.launcher.v1.ExitReasonR\n" +
@@ -3227,7 +3636,23 @@ const file_launcher_proto_rawDesc = "" +
 	"\tmigration\x18\a \x01(\v2\".qvirt.launcher.v1.MigrationStatusR\tmigration\x12B\n" +
 	"\vguest_agent\x18\b \x01(\v2!.qvirt.launcher.v1.GuestAgentInfoR\n" +
 	"guestAgent\x12Y\n" +
-	"\x12access_credentials\x18\t \x01(\v2*.qvirt.launcher.v1.AccessCredentialsStatusR\x11accessCredentials\"Q\n" +
+	"\x12access_credentials\x18\t \x01(\v2*.qvirt.launcher.v1.AccessCredentialsStatusR\x11accessCredentials\x12L\n" +
+	"\x10hotplugged_disks\x18\n" +
+	" \x03(\v2!.qvirt.launcher.v1.HotpluggedDiskR\x0fhotpluggedDisks\x12D\n" +
+	"\vmemory_dump\x18\v \x01(\v2#.qvirt.launcher.v1.MemoryDumpStatusR\n" +
+	"memoryDump\"<\n" +
+	"\x0eHotpluggedDisk\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06target\x18\x02 \x01(\tR\x06target\"\xe4\x01\n" +
+	"\x10MemoryDumpStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12&\n" +
+	"\x0fstart_unix_nano\x18\x03 \x01(\x03R\rstartUnixNano\x12\"\n" +
+	"\rend_unix_nano\x18\x04 \x01(\x03R\vendUnixNano\x12#\n" +
+	"\rwritten_bytes\x18\x05 \x01(\x04R\fwrittenBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x06 \x01(\x04R\n" +
+	"totalBytes\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"Q\n" +
 	"\x17AccessCredentialsStatus\x12\x1c\n" +
 	"\tsucceeded\x18\x01 \x01(\bR\tsucceeded\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\x80\x03\n" +
@@ -3394,7 +3819,7 @@ const file_launcher_proto_rawDesc = "" +
 	"\x12EXIT_REASON_KILLED\x10\x03\x12\x17\n" +
 	"\x13EXIT_REASON_CRASHED\x10\x04\x12\x1c\n" +
 	"\x18EXIT_REASON_FAILED_START\x10\x05\x12\x18\n" +
-	"\x14EXIT_REASON_MIGRATED\x10\x062\xa5\b\n" +
+	"\x14EXIT_REASON_MIGRATED\x10\x062\xd7\t\n" +
 	"\bLauncher\x12I\n" +
 	"\x04Sync\x12\x1e.qvirt.launcher.v1.SyncRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12D\n" +
 	"\x05Pause\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12F\n" +
@@ -3411,7 +3836,10 @@ const file_launcher_proto_rawDesc = "" +
 	"\x06Events\x12\x18.qvirt.launcher.v1.Empty\x1a\x18.qvirt.launcher.v1.Event0\x01\x12[\n" +
 	"\x16PrepareMigrationTarget\x12\x1e.qvirt.launcher.v1.SyncRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12O\n" +
 	"\aMigrate\x12!.qvirt.launcher.v1.MigrateRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12N\n" +
-	"\x0fCancelMigration\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponseB1Z/github.com/qvirt/qvirt/launcher/api;launcherapib\x06proto3"
+	"\x0fCancelMigration\x12\x18.qvirt.launcher.v1.Empty\x1a!.qvirt.launcher.v1.StatusResponse\x12Y\n" +
+	"\fHotplugDisks\x12&.qvirt.launcher.v1.HotplugDisksRequest\x1a!.qvirt.launcher.v1.StatusResponse\x12U\n" +
+	"\n" +
+	"DumpMemory\x12$.qvirt.launcher.v1.DumpMemoryRequest\x1a!.qvirt.launcher.v1.StatusResponseB1Z/github.com/qvirt/qvirt/launcher/api;launcherapib\x06proto3"
 
 var (
 	file_launcher_proto_rawDescOnce sync.Once
@@ -3426,7 +3854,7 @@ func file_launcher_proto_rawDescGZIP() []byte {
 }
 
 var file_launcher_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_launcher_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_launcher_proto_goTypes = []any{
 	(Accel)(0),                      // 0: qvirt.launcher.v1.Accel
 	(Bus)(0),                        // 1: qvirt.launcher.v1.Bus
@@ -3435,112 +3863,128 @@ var file_launcher_proto_goTypes = []any{
 	(State)(0),                      // 4: qvirt.launcher.v1.State
 	(ExitReason)(0),                 // 5: qvirt.launcher.v1.ExitReason
 	(*VMSpec)(nil),                  // 6: qvirt.launcher.v1.VMSpec
-	(*AccessCredential)(nil),        // 7: qvirt.launcher.v1.AccessCredential
-	(*SSHPublicKeys)(nil),           // 8: qvirt.launcher.v1.SSHPublicKeys
-	(*UserPasswords)(nil),           // 9: qvirt.launcher.v1.UserPasswords
-	(*CPU)(nil),                     // 10: qvirt.launcher.v1.CPU
-	(*Firmware)(nil),                // 11: qvirt.launcher.v1.Firmware
-	(*KernelBoot)(nil),              // 12: qvirt.launcher.v1.KernelBoot
-	(*Disk)(nil),                    // 13: qvirt.launcher.v1.Disk
-	(*ContainerDiskSource)(nil),     // 14: qvirt.launcher.v1.ContainerDiskSource
-	(*FileSource)(nil),              // 15: qvirt.launcher.v1.FileSource
-	(*EmptyDiskSource)(nil),         // 16: qvirt.launcher.v1.EmptyDiskSource
-	(*CloudInitNoCloudSource)(nil),  // 17: qvirt.launcher.v1.CloudInitNoCloudSource
-	(*Interface)(nil),               // 18: qvirt.launcher.v1.Interface
-	(*Devices)(nil),                 // 19: qvirt.launcher.v1.Devices
-	(*VSOCK)(nil),                   // 20: qvirt.launcher.v1.VSOCK
-	(*Empty)(nil),                   // 21: qvirt.launcher.v1.Empty
-	(*SyncRequest)(nil),             // 22: qvirt.launcher.v1.SyncRequest
-	(*ShutdownRequest)(nil),         // 23: qvirt.launcher.v1.ShutdownRequest
-	(*StatusResponse)(nil),          // 24: qvirt.launcher.v1.StatusResponse
-	(*AccessCredentialsStatus)(nil), // 25: qvirt.launcher.v1.AccessCredentialsStatus
-	(*GuestAgentInfo)(nil),          // 26: qvirt.launcher.v1.GuestAgentInfo
-	(*GuestOSInfo)(nil),             // 27: qvirt.launcher.v1.GuestOSInfo
-	(*GuestInterface)(nil),          // 28: qvirt.launcher.v1.GuestInterface
-	(*GuestUser)(nil),               // 29: qvirt.launcher.v1.GuestUser
-	(*GuestFilesystem)(nil),         // 30: qvirt.launcher.v1.GuestFilesystem
-	(*MigrationStatus)(nil),         // 31: qvirt.launcher.v1.MigrationStatus
-	(*MigrateRequest)(nil),          // 32: qvirt.launcher.v1.MigrateRequest
-	(*Event)(nil),                   // 33: qvirt.launcher.v1.Event
-	(*StatsResponse)(nil),           // 34: qvirt.launcher.v1.StatsResponse
-	(*DirtyRate)(nil),               // 35: qvirt.launcher.v1.DirtyRate
-	(*CPUStats)(nil),                // 36: qvirt.launcher.v1.CPUStats
-	(*VCPUStats)(nil),               // 37: qvirt.launcher.v1.VCPUStats
-	(*MemoryStats)(nil),             // 38: qvirt.launcher.v1.MemoryStats
-	(*BlockStats)(nil),              // 39: qvirt.launcher.v1.BlockStats
-	(*ScreenshotResponse)(nil),      // 40: qvirt.launcher.v1.ScreenshotResponse
+	(*Hotplug)(nil),                 // 7: qvirt.launcher.v1.Hotplug
+	(*AccessCredential)(nil),        // 8: qvirt.launcher.v1.AccessCredential
+	(*SSHPublicKeys)(nil),           // 9: qvirt.launcher.v1.SSHPublicKeys
+	(*UserPasswords)(nil),           // 10: qvirt.launcher.v1.UserPasswords
+	(*CPU)(nil),                     // 11: qvirt.launcher.v1.CPU
+	(*Firmware)(nil),                // 12: qvirt.launcher.v1.Firmware
+	(*KernelBoot)(nil),              // 13: qvirt.launcher.v1.KernelBoot
+	(*Disk)(nil),                    // 14: qvirt.launcher.v1.Disk
+	(*FDSource)(nil),                // 15: qvirt.launcher.v1.FDSource
+	(*ContainerDiskSource)(nil),     // 16: qvirt.launcher.v1.ContainerDiskSource
+	(*FileSource)(nil),              // 17: qvirt.launcher.v1.FileSource
+	(*EmptyDiskSource)(nil),         // 18: qvirt.launcher.v1.EmptyDiskSource
+	(*CloudInitNoCloudSource)(nil),  // 19: qvirt.launcher.v1.CloudInitNoCloudSource
+	(*Interface)(nil),               // 20: qvirt.launcher.v1.Interface
+	(*Devices)(nil),                 // 21: qvirt.launcher.v1.Devices
+	(*VSOCK)(nil),                   // 22: qvirt.launcher.v1.VSOCK
+	(*HotplugDisksRequest)(nil),     // 23: qvirt.launcher.v1.HotplugDisksRequest
+	(*DumpMemoryRequest)(nil),       // 24: qvirt.launcher.v1.DumpMemoryRequest
+	(*Empty)(nil),                   // 25: qvirt.launcher.v1.Empty
+	(*SyncRequest)(nil),             // 26: qvirt.launcher.v1.SyncRequest
+	(*ShutdownRequest)(nil),         // 27: qvirt.launcher.v1.ShutdownRequest
+	(*StatusResponse)(nil),          // 28: qvirt.launcher.v1.StatusResponse
+	(*HotpluggedDisk)(nil),          // 29: qvirt.launcher.v1.HotpluggedDisk
+	(*MemoryDumpStatus)(nil),        // 30: qvirt.launcher.v1.MemoryDumpStatus
+	(*AccessCredentialsStatus)(nil), // 31: qvirt.launcher.v1.AccessCredentialsStatus
+	(*GuestAgentInfo)(nil),          // 32: qvirt.launcher.v1.GuestAgentInfo
+	(*GuestOSInfo)(nil),             // 33: qvirt.launcher.v1.GuestOSInfo
+	(*GuestInterface)(nil),          // 34: qvirt.launcher.v1.GuestInterface
+	(*GuestUser)(nil),               // 35: qvirt.launcher.v1.GuestUser
+	(*GuestFilesystem)(nil),         // 36: qvirt.launcher.v1.GuestFilesystem
+	(*MigrationStatus)(nil),         // 37: qvirt.launcher.v1.MigrationStatus
+	(*MigrateRequest)(nil),          // 38: qvirt.launcher.v1.MigrateRequest
+	(*Event)(nil),                   // 39: qvirt.launcher.v1.Event
+	(*StatsResponse)(nil),           // 40: qvirt.launcher.v1.StatsResponse
+	(*DirtyRate)(nil),               // 41: qvirt.launcher.v1.DirtyRate
+	(*CPUStats)(nil),                // 42: qvirt.launcher.v1.CPUStats
+	(*VCPUStats)(nil),               // 43: qvirt.launcher.v1.VCPUStats
+	(*MemoryStats)(nil),             // 44: qvirt.launcher.v1.MemoryStats
+	(*BlockStats)(nil),              // 45: qvirt.launcher.v1.BlockStats
+	(*ScreenshotResponse)(nil),      // 46: qvirt.launcher.v1.ScreenshotResponse
 }
 var file_launcher_proto_depIdxs = []int32{
 	0,  // 0: qvirt.launcher.v1.VMSpec.accel:type_name -> qvirt.launcher.v1.Accel
-	10, // 1: qvirt.launcher.v1.VMSpec.cpu:type_name -> qvirt.launcher.v1.CPU
-	11, // 2: qvirt.launcher.v1.VMSpec.firmware:type_name -> qvirt.launcher.v1.Firmware
-	13, // 3: qvirt.launcher.v1.VMSpec.disks:type_name -> qvirt.launcher.v1.Disk
-	18, // 4: qvirt.launcher.v1.VMSpec.interfaces:type_name -> qvirt.launcher.v1.Interface
-	19, // 5: qvirt.launcher.v1.VMSpec.devices:type_name -> qvirt.launcher.v1.Devices
-	7,  // 6: qvirt.launcher.v1.VMSpec.access_credentials:type_name -> qvirt.launcher.v1.AccessCredential
-	8,  // 7: qvirt.launcher.v1.AccessCredential.ssh_public_keys:type_name -> qvirt.launcher.v1.SSHPublicKeys
-	9,  // 8: qvirt.launcher.v1.AccessCredential.user_passwords:type_name -> qvirt.launcher.v1.UserPasswords
-	12, // 9: qvirt.launcher.v1.Firmware.kernel_boot:type_name -> qvirt.launcher.v1.KernelBoot
-	1,  // 10: qvirt.launcher.v1.Disk.bus:type_name -> qvirt.launcher.v1.Bus
-	2,  // 11: qvirt.launcher.v1.Disk.device:type_name -> qvirt.launcher.v1.DiskDevice
-	14, // 12: qvirt.launcher.v1.Disk.container_disk:type_name -> qvirt.launcher.v1.ContainerDiskSource
-	15, // 13: qvirt.launcher.v1.Disk.file:type_name -> qvirt.launcher.v1.FileSource
-	16, // 14: qvirt.launcher.v1.Disk.empty_disk:type_name -> qvirt.launcher.v1.EmptyDiskSource
-	17, // 15: qvirt.launcher.v1.Disk.cloud_init_no_cloud:type_name -> qvirt.launcher.v1.CloudInitNoCloudSource
-	3,  // 16: qvirt.launcher.v1.ContainerDiskSource.base_format:type_name -> qvirt.launcher.v1.ImageFormat
-	3,  // 17: qvirt.launcher.v1.FileSource.format:type_name -> qvirt.launcher.v1.ImageFormat
-	20, // 18: qvirt.launcher.v1.Devices.vsock:type_name -> qvirt.launcher.v1.VSOCK
-	6,  // 19: qvirt.launcher.v1.SyncRequest.spec:type_name -> qvirt.launcher.v1.VMSpec
-	4,  // 20: qvirt.launcher.v1.StatusResponse.state:type_name -> qvirt.launcher.v1.State
-	5,  // 21: qvirt.launcher.v1.StatusResponse.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	31, // 22: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	26, // 23: qvirt.launcher.v1.StatusResponse.guest_agent:type_name -> qvirt.launcher.v1.GuestAgentInfo
-	25, // 24: qvirt.launcher.v1.StatusResponse.access_credentials:type_name -> qvirt.launcher.v1.AccessCredentialsStatus
-	27, // 25: qvirt.launcher.v1.GuestAgentInfo.os:type_name -> qvirt.launcher.v1.GuestOSInfo
-	28, // 26: qvirt.launcher.v1.GuestAgentInfo.interfaces:type_name -> qvirt.launcher.v1.GuestInterface
-	29, // 27: qvirt.launcher.v1.GuestAgentInfo.users:type_name -> qvirt.launcher.v1.GuestUser
-	30, // 28: qvirt.launcher.v1.GuestAgentInfo.filesystems:type_name -> qvirt.launcher.v1.GuestFilesystem
-	4,  // 29: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
-	5,  // 30: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
-	36, // 31: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
-	37, // 32: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
-	38, // 33: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
-	39, // 34: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
-	31, // 35: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
-	35, // 36: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
-	22, // 37: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
-	21, // 38: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
-	21, // 39: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
-	23, // 40: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
-	21, // 41: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
-	21, // 42: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
-	21, // 43: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
-	21, // 44: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
-	21, // 45: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
-	21, // 46: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
-	21, // 47: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
-	22, // 48: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
-	32, // 49: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
-	21, // 50: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
-	24, // 51: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 52: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 53: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 54: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 55: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 56: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 57: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
-	34, // 58: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
-	24, // 59: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
-	40, // 60: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
-	33, // 61: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
-	24, // 62: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 63: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
-	24, // 64: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
-	51, // [51:65] is the sub-list for method output_type
-	37, // [37:51] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	11, // 1: qvirt.launcher.v1.VMSpec.cpu:type_name -> qvirt.launcher.v1.CPU
+	12, // 2: qvirt.launcher.v1.VMSpec.firmware:type_name -> qvirt.launcher.v1.Firmware
+	14, // 3: qvirt.launcher.v1.VMSpec.disks:type_name -> qvirt.launcher.v1.Disk
+	20, // 4: qvirt.launcher.v1.VMSpec.interfaces:type_name -> qvirt.launcher.v1.Interface
+	21, // 5: qvirt.launcher.v1.VMSpec.devices:type_name -> qvirt.launcher.v1.Devices
+	8,  // 6: qvirt.launcher.v1.VMSpec.access_credentials:type_name -> qvirt.launcher.v1.AccessCredential
+	7,  // 7: qvirt.launcher.v1.VMSpec.hotplug:type_name -> qvirt.launcher.v1.Hotplug
+	9,  // 8: qvirt.launcher.v1.AccessCredential.ssh_public_keys:type_name -> qvirt.launcher.v1.SSHPublicKeys
+	10, // 9: qvirt.launcher.v1.AccessCredential.user_passwords:type_name -> qvirt.launcher.v1.UserPasswords
+	13, // 10: qvirt.launcher.v1.Firmware.kernel_boot:type_name -> qvirt.launcher.v1.KernelBoot
+	1,  // 11: qvirt.launcher.v1.Disk.bus:type_name -> qvirt.launcher.v1.Bus
+	2,  // 12: qvirt.launcher.v1.Disk.device:type_name -> qvirt.launcher.v1.DiskDevice
+	16, // 13: qvirt.launcher.v1.Disk.container_disk:type_name -> qvirt.launcher.v1.ContainerDiskSource
+	17, // 14: qvirt.launcher.v1.Disk.file:type_name -> qvirt.launcher.v1.FileSource
+	18, // 15: qvirt.launcher.v1.Disk.empty_disk:type_name -> qvirt.launcher.v1.EmptyDiskSource
+	19, // 16: qvirt.launcher.v1.Disk.cloud_init_no_cloud:type_name -> qvirt.launcher.v1.CloudInitNoCloudSource
+	15, // 17: qvirt.launcher.v1.Disk.fd:type_name -> qvirt.launcher.v1.FDSource
+	3,  // 18: qvirt.launcher.v1.FDSource.format:type_name -> qvirt.launcher.v1.ImageFormat
+	3,  // 19: qvirt.launcher.v1.ContainerDiskSource.base_format:type_name -> qvirt.launcher.v1.ImageFormat
+	3,  // 20: qvirt.launcher.v1.FileSource.format:type_name -> qvirt.launcher.v1.ImageFormat
+	22, // 21: qvirt.launcher.v1.Devices.vsock:type_name -> qvirt.launcher.v1.VSOCK
+	14, // 22: qvirt.launcher.v1.HotplugDisksRequest.disks:type_name -> qvirt.launcher.v1.Disk
+	6,  // 23: qvirt.launcher.v1.SyncRequest.spec:type_name -> qvirt.launcher.v1.VMSpec
+	4,  // 24: qvirt.launcher.v1.StatusResponse.state:type_name -> qvirt.launcher.v1.State
+	5,  // 25: qvirt.launcher.v1.StatusResponse.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
+	37, // 26: qvirt.launcher.v1.StatusResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	32, // 27: qvirt.launcher.v1.StatusResponse.guest_agent:type_name -> qvirt.launcher.v1.GuestAgentInfo
+	31, // 28: qvirt.launcher.v1.StatusResponse.access_credentials:type_name -> qvirt.launcher.v1.AccessCredentialsStatus
+	29, // 29: qvirt.launcher.v1.StatusResponse.hotplugged_disks:type_name -> qvirt.launcher.v1.HotpluggedDisk
+	30, // 30: qvirt.launcher.v1.StatusResponse.memory_dump:type_name -> qvirt.launcher.v1.MemoryDumpStatus
+	33, // 31: qvirt.launcher.v1.GuestAgentInfo.os:type_name -> qvirt.launcher.v1.GuestOSInfo
+	34, // 32: qvirt.launcher.v1.GuestAgentInfo.interfaces:type_name -> qvirt.launcher.v1.GuestInterface
+	35, // 33: qvirt.launcher.v1.GuestAgentInfo.users:type_name -> qvirt.launcher.v1.GuestUser
+	36, // 34: qvirt.launcher.v1.GuestAgentInfo.filesystems:type_name -> qvirt.launcher.v1.GuestFilesystem
+	4,  // 35: qvirt.launcher.v1.Event.state:type_name -> qvirt.launcher.v1.State
+	5,  // 36: qvirt.launcher.v1.Event.exit_reason:type_name -> qvirt.launcher.v1.ExitReason
+	42, // 37: qvirt.launcher.v1.StatsResponse.cpu:type_name -> qvirt.launcher.v1.CPUStats
+	43, // 38: qvirt.launcher.v1.StatsResponse.vcpus:type_name -> qvirt.launcher.v1.VCPUStats
+	44, // 39: qvirt.launcher.v1.StatsResponse.memory:type_name -> qvirt.launcher.v1.MemoryStats
+	45, // 40: qvirt.launcher.v1.StatsResponse.block:type_name -> qvirt.launcher.v1.BlockStats
+	37, // 41: qvirt.launcher.v1.StatsResponse.migration:type_name -> qvirt.launcher.v1.MigrationStatus
+	41, // 42: qvirt.launcher.v1.StatsResponse.dirty_rate:type_name -> qvirt.launcher.v1.DirtyRate
+	26, // 43: qvirt.launcher.v1.Launcher.Sync:input_type -> qvirt.launcher.v1.SyncRequest
+	25, // 44: qvirt.launcher.v1.Launcher.Pause:input_type -> qvirt.launcher.v1.Empty
+	25, // 45: qvirt.launcher.v1.Launcher.Unpause:input_type -> qvirt.launcher.v1.Empty
+	27, // 46: qvirt.launcher.v1.Launcher.Shutdown:input_type -> qvirt.launcher.v1.ShutdownRequest
+	25, // 47: qvirt.launcher.v1.Launcher.Kill:input_type -> qvirt.launcher.v1.Empty
+	25, // 48: qvirt.launcher.v1.Launcher.Reset:input_type -> qvirt.launcher.v1.Empty
+	25, // 49: qvirt.launcher.v1.Launcher.SoftReboot:input_type -> qvirt.launcher.v1.Empty
+	25, // 50: qvirt.launcher.v1.Launcher.Stats:input_type -> qvirt.launcher.v1.Empty
+	25, // 51: qvirt.launcher.v1.Launcher.Status:input_type -> qvirt.launcher.v1.Empty
+	25, // 52: qvirt.launcher.v1.Launcher.Screenshot:input_type -> qvirt.launcher.v1.Empty
+	25, // 53: qvirt.launcher.v1.Launcher.Events:input_type -> qvirt.launcher.v1.Empty
+	26, // 54: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:input_type -> qvirt.launcher.v1.SyncRequest
+	38, // 55: qvirt.launcher.v1.Launcher.Migrate:input_type -> qvirt.launcher.v1.MigrateRequest
+	25, // 56: qvirt.launcher.v1.Launcher.CancelMigration:input_type -> qvirt.launcher.v1.Empty
+	23, // 57: qvirt.launcher.v1.Launcher.HotplugDisks:input_type -> qvirt.launcher.v1.HotplugDisksRequest
+	24, // 58: qvirt.launcher.v1.Launcher.DumpMemory:input_type -> qvirt.launcher.v1.DumpMemoryRequest
+	28, // 59: qvirt.launcher.v1.Launcher.Sync:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 60: qvirt.launcher.v1.Launcher.Pause:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 61: qvirt.launcher.v1.Launcher.Unpause:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 62: qvirt.launcher.v1.Launcher.Shutdown:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 63: qvirt.launcher.v1.Launcher.Kill:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 64: qvirt.launcher.v1.Launcher.Reset:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 65: qvirt.launcher.v1.Launcher.SoftReboot:output_type -> qvirt.launcher.v1.StatusResponse
+	40, // 66: qvirt.launcher.v1.Launcher.Stats:output_type -> qvirt.launcher.v1.StatsResponse
+	28, // 67: qvirt.launcher.v1.Launcher.Status:output_type -> qvirt.launcher.v1.StatusResponse
+	46, // 68: qvirt.launcher.v1.Launcher.Screenshot:output_type -> qvirt.launcher.v1.ScreenshotResponse
+	39, // 69: qvirt.launcher.v1.Launcher.Events:output_type -> qvirt.launcher.v1.Event
+	28, // 70: qvirt.launcher.v1.Launcher.PrepareMigrationTarget:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 71: qvirt.launcher.v1.Launcher.Migrate:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 72: qvirt.launcher.v1.Launcher.CancelMigration:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 73: qvirt.launcher.v1.Launcher.HotplugDisks:output_type -> qvirt.launcher.v1.StatusResponse
+	28, // 74: qvirt.launcher.v1.Launcher.DumpMemory:output_type -> qvirt.launcher.v1.StatusResponse
+	59, // [59:75] is the sub-list for method output_type
+	43, // [43:59] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_launcher_proto_init() }
@@ -3548,15 +3992,16 @@ func file_launcher_proto_init() {
 	if File_launcher_proto != nil {
 		return
 	}
-	file_launcher_proto_msgTypes[1].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[2].OneofWrappers = []any{
 		(*AccessCredential_SshPublicKeys)(nil),
 		(*AccessCredential_UserPasswords)(nil),
 	}
-	file_launcher_proto_msgTypes[7].OneofWrappers = []any{
+	file_launcher_proto_msgTypes[8].OneofWrappers = []any{
 		(*Disk_ContainerDisk)(nil),
 		(*Disk_File)(nil),
 		(*Disk_EmptyDisk)(nil),
 		(*Disk_CloudInitNoCloud)(nil),
+		(*Disk_Fd)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3564,7 +4009,7 @@ func file_launcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_launcher_proto_rawDesc), len(file_launcher_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   35,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

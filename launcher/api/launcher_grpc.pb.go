@@ -36,6 +36,8 @@ const (
 	Launcher_PrepareMigrationTarget_FullMethodName = "/qvirt.launcher.v1.Launcher/PrepareMigrationTarget"
 	Launcher_Migrate_FullMethodName                = "/qvirt.launcher.v1.Launcher/Migrate"
 	Launcher_CancelMigration_FullMethodName        = "/qvirt.launcher.v1.Launcher/CancelMigration"
+	Launcher_HotplugDisks_FullMethodName           = "/qvirt.launcher.v1.Launcher/HotplugDisks"
+	Launcher_DumpMemory_FullMethodName             = "/qvirt.launcher.v1.Launcher/DumpMemory"
 )
 
 // LauncherClient is the client API for Launcher service.
@@ -66,6 +68,13 @@ type LauncherClient interface {
 	Migrate(ctx context.Context, in *MigrateRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	// CancelMigration aborts the outgoing migration; the VM keeps running here.
 	CancelMigration(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*StatusResponse, error)
+	// HotplugDisks makes the running VM's hotplugged disks the given set: it attaches those it
+	// lacks (their FDSource descriptors handed in first) and detaches those not listed. The
+	// answer lists what is attached now.
+	HotplugDisks(ctx context.Context, in *HotplugDisksRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// DumpMemory starts writing the guest's memory as an ELF core into a descriptor handed in
+	// first; the guest keeps running. Progress shows in the status.
+	DumpMemory(ctx context.Context, in *DumpMemoryRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type launcherClient struct {
@@ -225,6 +234,26 @@ func (c *launcherClient) CancelMigration(ctx context.Context, in *Empty, opts ..
 	return out, nil
 }
 
+func (c *launcherClient) HotplugDisks(ctx context.Context, in *HotplugDisksRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Launcher_HotplugDisks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *launcherClient) DumpMemory(ctx context.Context, in *DumpMemoryRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Launcher_DumpMemory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LauncherServer is the server API for Launcher service.
 // All implementations must embed UnimplementedLauncherServer
 // for forward compatibility.
@@ -253,6 +282,13 @@ type LauncherServer interface {
 	Migrate(context.Context, *MigrateRequest) (*StatusResponse, error)
 	// CancelMigration aborts the outgoing migration; the VM keeps running here.
 	CancelMigration(context.Context, *Empty) (*StatusResponse, error)
+	// HotplugDisks makes the running VM's hotplugged disks the given set: it attaches those it
+	// lacks (their FDSource descriptors handed in first) and detaches those not listed. The
+	// answer lists what is attached now.
+	HotplugDisks(context.Context, *HotplugDisksRequest) (*StatusResponse, error)
+	// DumpMemory starts writing the guest's memory as an ELF core into a descriptor handed in
+	// first; the guest keeps running. Progress shows in the status.
+	DumpMemory(context.Context, *DumpMemoryRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedLauncherServer()
 }
 
@@ -304,6 +340,12 @@ func (UnimplementedLauncherServer) Migrate(context.Context, *MigrateRequest) (*S
 }
 func (UnimplementedLauncherServer) CancelMigration(context.Context, *Empty) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelMigration not implemented")
+}
+func (UnimplementedLauncherServer) HotplugDisks(context.Context, *HotplugDisksRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HotplugDisks not implemented")
+}
+func (UnimplementedLauncherServer) DumpMemory(context.Context, *DumpMemoryRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DumpMemory not implemented")
 }
 func (UnimplementedLauncherServer) mustEmbedUnimplementedLauncherServer() {}
 func (UnimplementedLauncherServer) testEmbeddedByValue()                  {}
@@ -571,6 +613,42 @@ func _Launcher_CancelMigration_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Launcher_HotplugDisks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HotplugDisksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).HotplugDisks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_HotplugDisks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).HotplugDisks(ctx, req.(*HotplugDisksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Launcher_DumpMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DumpMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LauncherServer).DumpMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Launcher_DumpMemory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LauncherServer).DumpMemory(ctx, req.(*DumpMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Launcher_ServiceDesc is the grpc.ServiceDesc for Launcher service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -629,6 +707,14 @@ var Launcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelMigration",
 			Handler:    _Launcher_CancelMigration_Handler,
+		},
+		{
+			MethodName: "HotplugDisks",
+			Handler:    _Launcher_HotplugDisks_Handler,
+		},
+		{
+			MethodName: "DumpMemory",
+			Handler:    _Launcher_DumpMemory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
