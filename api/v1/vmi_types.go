@@ -310,6 +310,10 @@ const (
 	HotplugVolumeDetaching VolumePhase = "Detaching"
 	// HotplugVolumeUnMounted: QEMU no longer uses the volume.
 	HotplugVolumeUnMounted VolumePhase = "UnMountedFromPod"
+	// MemoryDumpVolumeInProgress: the memoryDump volume is attached and the dump is being written.
+	MemoryDumpVolumeInProgress VolumePhase = "MemoryDumpInProgress"
+	MemoryDumpVolumeCompleted  VolumePhase = "MemoryDumpCompleted"
+	MemoryDumpVolumeFailed     VolumePhase = "MemoryDumpFailed"
 )
 
 // VolumeStatus is the observed state of one volume.
