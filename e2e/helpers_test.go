@@ -109,7 +109,7 @@ func launcherPod(t *testing.T, c *localcluster.Cluster, vmi *v1.VirtualMachineIn
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
+	pods, err := kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher,kubevirt.io/created-by=" + string(vmi.UID)})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("launcher pod of %s: %v %v", vmi.Name, err, pods)
 	}
@@ -250,7 +250,7 @@ func serialLog(c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) string {
 // vmDir is the host directory of the VM directory of vmi's newest launcher pod on its node
 // ("" when there is none).
 func vmDir(c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) string {
-	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
+	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher,kubevirt.io/created-by=" + string(vmi.UID)})
 	if err != nil {
 		return ""
 	}

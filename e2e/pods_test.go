@@ -44,7 +44,7 @@ func podNetns(t testing.TB, c *localcluster.Cluster, pod *corev1.Pod) string {
 // launcherPods lists a VMI's launcher pods.
 func launcherPods(t testing.TB, c *localcluster.Cluster, vmi *v1.VirtualMachineInstance) *corev1.PodList {
 	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io/created-by=" + string(vmi.UID)})
+	pods, err := c.Kube.CoreV1().Pods(vmi.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher,kubevirt.io/created-by=" + string(vmi.UID)})
 	if err != nil {
 		t.Fatal(err)
 	}

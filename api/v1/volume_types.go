@@ -166,3 +166,20 @@ type ServiceAccountVolumeSource struct {
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
+
+// IsHotplugged reports a volume attached to the running VM rather than given to it at start:
+// a hotpluggable claim, or a memoryDump volume. Launcher pods never carry them.
+func (v *Volume) IsHotplugged() bool {
+	return (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable) || v.MemoryDump != nil
+}
+
+// HotplugClaimName is the claim behind a hotplugged volume, "" for any other volume.
+func (v *Volume) HotplugClaimName() string {
+	switch {
+	case v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.Hotpluggable:
+		return v.PersistentVolumeClaim.ClaimName
+	case v.MemoryDump != nil:
+		return v.MemoryDump.ClaimName
+	}
+	return ""
+}

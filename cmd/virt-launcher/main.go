@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
+	"github.com/qvirt/qvirt/launcher/hotplugvol"
 
 	"github.com/qvirt/qvirt/launcher/server"
 )
@@ -28,7 +29,12 @@ func main() {
 	flag.DurationVar(&opts.Linger, "linger", 5*time.Second, "how long the API stays up after QEMU exits")
 	name := flag.String("vmi", "", "namespace/name of the VMI, for logs")
 	specFile := flag.String("spec", "", "start the VM described by this JSON VMSpec at once, without waiting for the node agent")
+	hotplugSocket := flag.String("serve-hotplug-volume", "", "instead of running a VM, serve the hotplugged volume at --hotplug-volume-path on this socket (an attachment pod)")
+	hotplugPath := flag.String("hotplug-volume-path", "", "the hotplugged claim: its mount directory, or its block device")
 	flag.Parse()
+	if *hotplugSocket != "" {
+		os.Exit(serveHotplugVolume(*hotplugSocket, *hotplugPath, *name))
+	}
 	if opts.Dir == "" {
 		klog.ErrorS(nil, "--dir is required")
 		os.Exit(2)
@@ -51,6 +57,32 @@ func main() {
 		os.Exit(1)
 	}
 	klog.Flush()
+}
+
+// serveHotplugVolume runs an attachment pod until it is terminated.
+func serveHotplugVolume(socket, volume, vmi string) int {
+	log := klog.Background().WithValues("vmi", vmi, "volume", volume)
+	if volume == "" {
+		log.Error(nil, "--hotplug-volume-path is required")
+		return 2
+	}
+	l, err := hotplugvol.Listen(socket)
+	if err != nil {
+		log.Error(err, "listening for the node agent")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	log.Info("serving the hotplugged volume", "socket", socket)
+	if err := hotplugvol.Serve(l, hotplugvol.Volume{Path: volume}, log); err != nil {
+		log.Error(err, "serving the hotplugged volume")
+		return 1
+	}
+	return 0
 }
 
 func readSpec(path string) (*launcherapi.VMSpec, error) {

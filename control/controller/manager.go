@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -143,12 +144,16 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, err
 	}
 
+	qvirtPods := labels.NewSelector()
+	if req, err := labels.NewRequirement(virtv1.AppLabel, selection.In, []string{virtv1.VirtLauncherAppLabelValue, launcherpod.HotplugDiskAppLabelValue}); err == nil {
+		qvirtPods = qvirtPods.Add(*req)
+	}
 	mopts := manager.Options{
 		Scheme: scheme,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only launcher pods matter; caching every pod would cost memory in
-			// a large cluster.
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{virtv1.AppLabel: virtv1.VirtLauncherAppLabelValue})},
+			// Only launcher and attachment pods matter; caching every pod would cost
+			// memory in a large cluster.
+			&corev1.Pod{}: {Label: qvirtPods},
 			// Only the requests this controller signs.
 			&certificatesv1.CertificateSigningRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", nodeapi.SignerName)},
 		}},

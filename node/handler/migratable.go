@@ -15,6 +15,10 @@ import (
 func liveMigratable(vmi *v1.VirtualMachineInstance) (ok bool, reason, msg string) {
 	for _, vol := range vmi.Spec.Volumes {
 		switch {
+		case vol.IsHotplugged():
+			// The migration target's QEMU would need the attachment pods on its node first.
+			return false, v1.VirtualMachineInstanceReasonDisksNotMigratable,
+				fmt.Sprintf("cannot migrate VMI with hotplugged volume %s: unplug it first", vol.Name)
 		case vol.HostDisk != nil && (vol.HostDisk.Shared == nil || !*vol.HostDisk.Shared):
 			return false, v1.VirtualMachineInstanceReasonDisksNotMigratable, "cannot migrate VMI with non-shared HostDisk"
 		case vol.PersistentVolumeClaim != nil && !sharedClaim(vmi, vol.PersistentVolumeClaim.ClaimName):

@@ -255,7 +255,7 @@ func (h *Handler) launcherPod(ctx context.Context, vmi *v1.VirtualMachineInstanc
 // launcherPodOf is launcherPod for the VMI of this namespace and UID.
 func (h *Handler) launcherPodOf(ctx context.Context, ns string, uid types.UID) (*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := h.client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1.CreatedByLabel: string(uid)}); err != nil {
+	if err := h.client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1.AppLabel: v1.VirtLauncherAppLabelValue, v1.CreatedByLabel: string(uid)}); err != nil {
 		return nil, fmt.Errorf("launcher pod: %w", err)
 	}
 	var found *corev1.Pod

@@ -232,7 +232,7 @@ func TestImagesForPicksTheLaunchersSource(t *testing.T) {
 		if !volumes {
 			p = &corev1.Pod{}
 		}
-		p.Name, p.Namespace, p.Labels = name, "ns", map[string]string{v1.CreatedByLabel: "vmi-uid"}
+		p.Name, p.Namespace, p.Labels = name, "ns", map[string]string{v1.AppLabel: v1.VirtLauncherAppLabelValue, v1.CreatedByLabel: "vmi-uid"}
 		p.Spec.NodeName, p.Status.Phase = node, phase
 		return p
 	}

@@ -24,6 +24,8 @@ const (
 	retryLauncher = 500 * time.Millisecond
 	// resync re-checks running VMs even without events, as a backstop.
 	resync = 30 * time.Second
+	// retryHotplug paces retries of a hotplug round that failed.
+	retryHotplug = 3 * time.Second
 	// defaultGrace is KubeVirt's terminationGracePeriodSeconds when unset.
 	defaultGrace = 30 * time.Second
 )
@@ -105,6 +107,19 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			log.Error(err, "re-plumbing the network of an adopted VM")
 		}
 	}
+	again := resync
+	if vmi.DeletionTimestamp == nil && !isFinal(vmi) {
+		next, err := h.syncHotplug(ctx, vmi, st, lc, st.lastStatus())
+		st.setStatus(next)
+		if err != nil {
+			// Retried soon: a guest may take its time to release a disk.
+			log.Error(err, "hotplug")
+			again = retryHotplug
+		}
+		if md := next.GetMemoryDump(); md != nil && md.State == "active" {
+			again = retryHotplug // its end goes on the VMI's status
+		}
+	}
 	if err := h.writeStatus(ctx, vmi, st); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -121,10 +136,10 @@ func (h *Handler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 			return ctrl.Result{}, err
 		}
 		if after > 0 {
-			return ctrl.Result{RequeueAfter: after}, nil
+			return ctrl.Result{RequeueAfter: min(after, again)}, nil
 		}
 	}
-	return ctrl.Result{RequeueAfter: resync}, nil
+	return ctrl.Result{RequeueAfter: again}, nil
 }
 
 func isFinal(vmi *v1.VirtualMachineInstance) bool {

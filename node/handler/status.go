@@ -54,6 +54,7 @@ func applyLauncherStatus(vmi *v1.VirtualMachineInstance, ls *launcherapi.StatusR
 		vmi.Status.Interfaces = interfaces(vmi, nics)
 		applyGuestAgent(vmi, ls.GetGuestAgent())
 		applyAccessCredentials(vmi, ls.GetAccessCredentials())
+		applyHotplugStatus(vmi, ls)
 	case launcherapi.State_STATE_STOPPED:
 		setPhase(vmi, v1.Succeeded)
 		vmi.Status.Reason = ls.ExitReason.String()

@@ -33,7 +33,7 @@ func ClaimDisks(pod *corev1.Pod, vmi *v1.VirtualMachineInstance) map[string]Clai
 	sizes := map[string]uint64{}
 	for _, vs := range vmi.Status.VolumeStatus {
 		if info := vs.PersistentVolumeClaimInfo; info != nil {
-			sizes[info.ClaimName] = imageBytes(info)
+			sizes[info.ClaimName] = ImageBytes(info)
 		}
 	}
 	out := map[string]ClaimDisk{}
@@ -55,9 +55,9 @@ func ClaimDisks(pod *corev1.Pod, vmi *v1.VirtualMachineInstance) map[string]Clai
 	return out
 }
 
-// imageBytes is the size of a new disk.img: the claim's capacity (its request while unbound) less
+// ImageBytes is the size of a new disk.img: the claim's capacity (its request while unbound) less
 // the filesystem overhead, in whole MiB.
-func imageBytes(info *v1.PersistentVolumeClaimInfo) uint64 {
+func ImageBytes(info *v1.PersistentVolumeClaimInfo) uint64 {
 	q, ok := info.Capacity[corev1.ResourceStorage]
 	if !ok {
 		q, ok = info.Requests[corev1.ResourceStorage]

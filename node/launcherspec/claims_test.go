@@ -46,10 +46,10 @@ func TestClaimDisksFindMountsAndDevicesAndSizeImages(t *testing.T) {
 
 func TestImageBytesFallsBackToTheRequestAndRefusesNothingKnown(t *testing.T) {
 	info := &v1.PersistentVolumeClaimInfo{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")}}
-	if got := imageBytes(info); got != 64<<20 {
+	if got := ImageBytes(info); got != 64<<20 {
 		t.Errorf("unbound claim of 64Mi, no overhead: %d", got)
 	}
-	if got := imageBytes(&v1.PersistentVolumeClaimInfo{}); got != 0 {
+	if got := ImageBytes(&v1.PersistentVolumeClaimInfo{}); got != 0 {
 		t.Errorf("no size known: %d, want 0 (a missing disk.img is then an error)", got)
 	}
 }

@@ -66,6 +66,9 @@ func (noImages) File(image, _ string) (string, error) {
 	return "", fmt.Errorf("%w: %s (the launcher pod mounts no image volume for it)", ErrImageNotFound, image)
 }
 
+// HotplugRootPorts is how many virtio disks a running q35 VM can take on.
+const HotplugRootPorts = 4
+
 // Build converts vmi. Errors name the VMI field that could not be honoured.
 func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error) {
 	if env.Images == nil {
@@ -95,6 +98,9 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 		out.Accel = launcherapi.Accel_ACCEL_TCG
 	}
 	out.StartPaused = spec.StartStrategy != nil && *spec.StartStrategy == v1.StartStrategyPaused
+	if !dom.Devices.DisableHotplug {
+		out.Hotplug = &launcherapi.Hotplug{PcieRootPorts: HotplugRootPorts}
+	}
 	if c := dom.CPU; c != nil {
 		out.Cpu = &launcherapi.CPU{Sockets: c.Sockets, Cores: c.Cores, Threads: c.Threads, Model: c.Model}
 	}
@@ -209,24 +215,16 @@ func disks(vmi *v1.VirtualMachineInstance, env Env) ([]*launcherapi.Disk, field.
 	var out []*launcherapi.Disk
 	for i, d := range vmi.Spec.Domain.Devices.Disks {
 		p := dp.Index(i)
-		ld := &launcherapi.Disk{Name: d.Name, BootOrder: bootOrder(d.BootOrder), Serial: d.Serial}
-		switch {
-		case d.CDRom != nil:
-			ld.Device = launcherapi.DiskDevice_DISK_DEVICE_CDROM
-			ld.Bus = bus(d.CDRom.Bus)
-			ld.ReadOnly = true
-		case d.LUN != nil:
-			ld.Bus, ld.ReadOnly = bus(d.LUN.Bus), d.LUN.ReadOnly
-		case d.Disk != nil:
-			ld.Bus, ld.ReadOnly = bus(d.Disk.Bus), d.Disk.ReadOnly
-		default:
-			ld.Bus = launcherapi.Bus_BUS_VIRTIO
-		}
 		vi, ok := volumes[d.Name]
 		if !ok {
 			errs = append(errs, field.NotFound(p.Child("name"), d.Name))
 			continue
 		}
+		if vmi.Spec.Volumes[vi].IsHotplugged() {
+			// Attached once the VM runs, through HotplugDisks.
+			continue
+		}
+		ld := diskDevice(d)
 		if err := source(ld, &vmi.Spec.Volumes[vi], field.NewPath("spec", "volumes").Index(vi), vmi, env); err != nil {
 			errs = append(errs, err)
 			continue
@@ -234,6 +232,24 @@ func disks(vmi *v1.VirtualMachineInstance, env Env) ([]*launcherapi.Disk, field.
 		out = append(out, ld)
 	}
 	return out, errs
+}
+
+// diskDevice is how a disk shows to the guest; its source is filled in apart.
+func diskDevice(d v1.Disk) *launcherapi.Disk {
+	ld := &launcherapi.Disk{Name: d.Name, BootOrder: bootOrder(d.BootOrder), Serial: d.Serial}
+	switch {
+	case d.CDRom != nil:
+		ld.Device = launcherapi.DiskDevice_DISK_DEVICE_CDROM
+		ld.Bus = bus(d.CDRom.Bus)
+		ld.ReadOnly = true
+	case d.LUN != nil:
+		ld.Bus, ld.ReadOnly = bus(d.LUN.Bus), d.LUN.ReadOnly
+	case d.Disk != nil:
+		ld.Bus, ld.ReadOnly = bus(d.Disk.Bus), d.Disk.ReadOnly
+	default:
+		ld.Bus = launcherapi.Bus_BUS_VIRTIO
+	}
+	return ld
 }
 
 func bus(b v1.DiskBus) launcherapi.Bus {

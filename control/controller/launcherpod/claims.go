@@ -35,7 +35,8 @@ func claimVolumes(vmi *virtv1.VirtualMachineInstance, claims map[string]*corev1.
 	usedVols, usedDirs := map[string]bool{}, map[string]bool{}
 	for _, v := range vmi.Spec.Volumes {
 		src := v.PersistentVolumeClaim
-		if src == nil {
+		if src == nil || v.IsHotplugged() {
+			// Hotplugged claims live in attachment pods.
 			continue
 		}
 		pvc := claims[src.ClaimName]

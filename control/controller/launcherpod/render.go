@@ -81,14 +81,7 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 				// KubeVirt's qemu user, with no capability: QEMU gets its taps and its
 				// vhost-vsock device as descriptors, and its other devices from the
 				// device plugins, so the pod passes Pod Security "restricted".
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser:                ptr.To(LauncherUID),
-					RunAsGroup:               ptr.To(LauncherUID),
-					RunAsNonRoot:             ptr.To(true),
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
+				SecurityContext:          unprivileged(),
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
 			// The pod's own directory, which the node agent reaches through the kubelet's
@@ -140,6 +133,18 @@ func RenderLauncherPod(vmi *virtv1.VirtualMachineInstance, opts Options) (*corev
 		pod.Spec.SecurityContext.SupplementalGroups = []int64{ImageFilesGroup}
 	}
 	return pod, nil
+}
+
+// unprivileged is the security context of every container qvirt runs in a tenant's pods.
+func unprivileged() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser:                ptr.To(LauncherUID),
+		RunAsGroup:               ptr.To(LauncherUID),
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 // GracePeriodSeconds is the time the guest gets to shut down.

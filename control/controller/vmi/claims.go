@@ -45,17 +45,7 @@ func withClaimStatus(vmi *virtv1.VirtualMachineInstance, claims map[string]*core
 		if pvc == nil {
 			continue
 		}
-		info := &virtv1.PersistentVolumeClaimInfo{
-			ClaimName:   pvc.Name,
-			AccessModes: append([]corev1.PersistentVolumeAccessMode(nil), pvc.Spec.AccessModes...),
-			VolumeMode:  pvc.Spec.VolumeMode,
-			Capacity:    pvc.Status.Capacity.DeepCopy(),
-			Requests:    pvc.Spec.Resources.Requests.DeepCopy(),
-		}
-		if info.VolumeMode == nil || *info.VolumeMode == corev1.PersistentVolumeFilesystem {
-			overhead := DefaultFilesystemOverhead
-			info.FilesystemOverhead = &overhead
-		}
+		info := claimInfo(pvc)
 		if i, ok := index[v.Name]; ok {
 			out[i].PersistentVolumeClaimInfo = info
 			continue
@@ -63,4 +53,20 @@ func withClaimStatus(vmi *virtv1.VirtualMachineInstance, claims map[string]*core
 		out = append(out, virtv1.VolumeStatus{Name: v.Name, PersistentVolumeClaimInfo: info})
 	}
 	return out
+}
+
+// claimInfo is what the VMI's status records of a claim.
+func claimInfo(pvc *corev1.PersistentVolumeClaim) *virtv1.PersistentVolumeClaimInfo {
+	info := &virtv1.PersistentVolumeClaimInfo{
+		ClaimName:   pvc.Name,
+		AccessModes: append([]corev1.PersistentVolumeAccessMode(nil), pvc.Spec.AccessModes...),
+		VolumeMode:  pvc.Spec.VolumeMode,
+		Capacity:    pvc.Status.Capacity.DeepCopy(),
+		Requests:    pvc.Spec.Resources.Requests.DeepCopy(),
+	}
+	if info.VolumeMode == nil || *info.VolumeMode == corev1.PersistentVolumeFilesystem {
+		overhead := DefaultFilesystemOverhead
+		info.FilesystemOverhead = &overhead
+	}
+	return info
 }

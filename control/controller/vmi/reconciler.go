@@ -106,6 +106,9 @@ func (r *Reconciler) reconcile(ctx context.Context, vmi *virtv1.VirtualMachineIn
 	if err := r.writeStatus(ctx, vmi, pod, pods, fail); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.syncHotplug(ctx, vmi, pod); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.deleteEndedPods(ctx, vmi, pod, pods); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -218,6 +221,10 @@ func (r *Reconciler) cleanupFinal(ctx context.Context, vmi *virtv1.VirtualMachin
 		return err
 	}
 	if err := r.writeStatus(ctx, vmi, nil, remaining, nil); err != nil {
+		return err
+	}
+	// Attachment pods go with the VM.
+	if err := r.syncHotplug(ctx, vmi, nil); err != nil {
 		return err
 	}
 	if len(remaining) > 0 {

@@ -18,12 +18,13 @@ func (e *MissingClaimError) Error() string {
 	return fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", e.Namespace, e.Name)
 }
 
-// Claims reads every claim the VMI's persistentVolumeClaim volumes name, by claim name.
+// Claims reads every claim the VMI's persistentVolumeClaim volumes name, by claim name, but for
+// hotplugged ones, which never hold up the launcher pod.
 func Claims(ctx context.Context, r client.Reader, vmi *virtv1.VirtualMachineInstance) (map[string]*corev1.PersistentVolumeClaim, error) {
 	claims := map[string]*corev1.PersistentVolumeClaim{}
 	for _, v := range vmi.Spec.Volumes {
 		src := v.PersistentVolumeClaim
-		if src == nil || claims[src.ClaimName] != nil {
+		if src == nil || v.IsHotplugged() || claims[src.ClaimName] != nil {
 			continue
 		}
 		pvc := &corev1.PersistentVolumeClaim{}
