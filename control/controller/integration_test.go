@@ -310,6 +310,93 @@ func TestAgainstKubernetes(t *testing.T) {
 		}
 	})
 
+	t.Run("Hotplug", func(t *testing.T) {
+		e := e.forTest(t)
+		ns := "hotplug"
+		e.namespace(ctx, ns)
+		e.create(newVM(ns, "vm", virtv1.RunStrategyAlways))
+		first := e.running(ns, "vm")
+
+		// virt-api's addvolume; the claim does not exist, so its attachment pod waits.
+		e.patchVMStatus(ns, "vm", func(vm *virtv1.VirtualMachine) {
+			vm.Status.VolumeRequests = append(vm.Status.VolumeRequests, virtv1.VirtualMachineVolumeRequest{AddVolumeOptions: &virtv1.AddVolumeOptions{
+				Name: "data", Disk: &virtv1.Disk{DiskDevice: virtv1.DiskDevice{Disk: &virtv1.DiskTarget{Bus: virtv1.DiskBusSCSI}}},
+				VolumeSource: &virtv1.HotplugVolumeSource{PersistentVolumeClaim: &virtv1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-pvc"}}}}})
+		})
+		hasVolume := func(spec virtv1.VirtualMachineInstanceSpec, name string, memoryDump bool) bool {
+			for _, v := range spec.Volumes {
+				if v.Name == name {
+					return (v.MemoryDump != nil) == memoryDump && v.IsHotplugged()
+				}
+			}
+			return false
+		}
+		// current waits until the VM is current with its template: no restart needed.
+		current := func(why string) {
+			e.eventually(30*time.Second, func() (bool, string) {
+				vm := e.getVM(ns, "vm")
+				for _, c := range vm.Status.Conditions {
+					if c.Type == virtv1.VirtualMachineRestartRequired {
+						return false, why + ": restart required"
+					}
+				}
+				return vm.Status.ObservedGeneration == vm.Generation && vm.Status.DesiredGeneration == vm.Generation,
+					fmt.Sprintf("%s: generation %d, observed %d, desired %d", why, vm.Generation, vm.Status.ObservedGeneration, vm.Status.DesiredGeneration)
+			})
+		}
+		e.eventually(30*time.Second, func() (bool, string) {
+			vm, vmi := e.getVM(ns, "vm"), e.getVMI(ns, "vm")
+			return hasVolume(vm.Spec.Template.Spec, "data", false) && hasVolume(vmi.Spec, "data", false) && len(vm.Status.VolumeRequests) == 0,
+				fmt.Sprintf("requests %+v", vm.Status.VolumeRequests)
+		})
+		current("after addvolume")
+
+		// virt-api's memorydump, then virt-handler's report of the dump.
+		e.patchVMStatus(ns, "vm", func(vm *virtv1.VirtualMachine) {
+			vm.Status.MemoryDumpRequest = &virtv1.VirtualMachineMemoryDumpRequest{ClaimName: "dump-pvc", Phase: virtv1.MemoryDumpAssociating}
+		})
+		dumpPhase := func(want virtv1.MemoryDumpPhase, also func(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) bool) {
+			e.eventually(30*time.Second, func() (bool, string) {
+				vm, vmi := e.getVM(ns, "vm"), e.getVMI(ns, "vm")
+				d := vm.Status.MemoryDumpRequest
+				return d != nil && d.Phase == want && also(vm, vmi), fmt.Sprintf("want %s, request %+v", want, d)
+			})
+		}
+		dumpPhase(virtv1.MemoryDumpInProgress, func(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) bool {
+			return hasVolume(vm.Spec.Template.Spec, "dump-pvc", true) && hasVolume(vmi.Spec, "dump-pvc", true)
+		})
+		end := metav1.Now()
+		e.patchVMIStatus(ns, "vm", func(v *virtv1.VirtualMachineInstance) {
+			for i := range v.Status.VolumeStatus {
+				if vs := &v.Status.VolumeStatus[i]; vs.Name == "dump-pvc" {
+					vs.Phase = virtv1.MemoryDumpVolumeCompleted
+					vs.MemoryDumpVolume = &virtv1.DomainMemoryDumpInfo{ClaimName: "dump-pvc", StartTimestamp: &end, EndTimestamp: &end, TargetFileName: "vm.memory.dump"}
+				}
+			}
+		})
+		// Unmounted from the VMI, whose controller then drops the volume's status: Completed.
+		dumpPhase(virtv1.MemoryDumpCompleted, func(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance) bool {
+			d := vm.Status.MemoryDumpRequest
+			return d.FileName != nil && *d.FileName == "vm.memory.dump" && !hasVolume(vmi.Spec, "dump-pvc", true) && hasVolume(vm.Spec.Template.Spec, "dump-pvc", true)
+		})
+		current("after memorydump")
+
+		e.patchVMStatus(ns, "vm", func(vm *virtv1.VirtualMachine) {
+			vm.Status.MemoryDumpRequest = &virtv1.VirtualMachineMemoryDumpRequest{ClaimName: "dump-pvc", Phase: virtv1.MemoryDumpDissociating, Remove: true}
+			vm.Status.VolumeRequests = []virtv1.VirtualMachineVolumeRequest{{RemoveVolumeOptions: &virtv1.RemoveVolumeOptions{Name: "data"}}}
+		})
+		e.eventually(30*time.Second, func() (bool, string) {
+			vm, vmi := e.getVM(ns, "vm"), e.getVMI(ns, "vm")
+			return vm.Status.MemoryDumpRequest == nil && len(vm.Status.VolumeRequests) == 0 && len(vm.Spec.Template.Spec.Volumes) == 0 && len(vmi.Spec.Volumes) == 0,
+				fmt.Sprintf("request %+v, template volumes %+v, VMI volumes %+v", vm.Status.MemoryDumpRequest, vm.Spec.Template.Spec.Volumes, vmi.Spec.Volumes)
+		})
+		current("after removevolume and removememorydump")
+		if vmi := e.getVMI(ns, "vm"); vmi.UID != first.UID {
+			t.Error("hotplug replaced the VMI")
+		}
+	})
+
 	t.Run("MetricsProbesLease", func(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			code, body, err := m.get("http://" + m.healthAddr + path)

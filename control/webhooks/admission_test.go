@@ -174,20 +174,28 @@ func TestVMIUpdates(t *testing.T) {
 	newSpec := []byte(strings.Replace(minimalVMI, "64Mi", "128Mi", 1))
 	newStatus := []byte(strings.Replace(minimalVMI, `"spec":`, `"status":{"phase":"Running"},"spec":`, 1))
 	component := authenticationv1.UserInfo{Username: "system:serviceaccount:qvirt:handler", Groups: []string{"qvirt:components"}}
+	withDisk := []byte(strings.Replace(minimalVMI, `"devices":{}`, `"devices":{"disks":[{"name":"root","disk":{"bus":"virtio"}}]}`, 1))
+	hotplugged := []byte(strings.Replace(string(withDisk), `{"name":"root","disk":{"bus":"virtio"}}`,
+		`{"name":"root","disk":{"bus":"virtio"}},{"name":"data","disk":{"bus":"scsi"}}`, 1))
+	hotplugged = []byte(strings.Replace(string(hotplugged), `"volumes":[`,
+		`"volumes":[{"name":"data","persistentVolumeClaim":{"claimName":"data-pvc","hotpluggable":true}},`, 1))
 	for _, tc := range []struct {
-		name   string
-		user   authenticationv1.UserInfo
-		obj    []byte
-		sub    string
-		denied string
+		name     string
+		user     authenticationv1.UserInfo
+		old, obj []byte
+		sub      string
+		denied   string
 	}{
-		{"user changes the spec", alice, newSpec, "", "spec"},
-		{"user writes status", alice, newStatus, "status", "status"},
-		{"component writes status", component, newStatus, "status", ""},
-		{"component changes the spec", component, newSpec, "", ""},
+		{"user changes the spec", alice, old, newSpec, "", "spec"},
+		{"user writes status", alice, old, newStatus, "status", "status"},
+		{"component writes status", component, old, newStatus, "status", ""},
+		{"component changes the memory", component, old, newSpec, "", "spec.domain.resources.requests.memory"},
+		{"user hotplugs a volume", alice, withDisk, hotplugged, "", "spec"},
+		{"component hotplugs a volume", component, withDisk, hotplugged, "", ""},
+		{"component unplugs a volume", component, hotplugged, withDisk, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, resp := post(t, srv, request{path: VMIUpdateValidatePath, op: admissionv1.Update, subResource: tc.sub, object: tc.obj, oldObject: old, user: tc.user})
+			_, resp := post(t, srv, request{path: VMIUpdateValidatePath, op: admissionv1.Update, subResource: tc.sub, object: tc.obj, oldObject: tc.old, user: tc.user})
 			switch {
 			case tc.denied == "" && !resp.Allowed:
 				t.Errorf("denied: %+v", resp.Result)

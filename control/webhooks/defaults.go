@@ -239,14 +239,15 @@ func setDefaultPodInterface(spec *v1.VirtualMachineInstanceSpec) {
 	spec.Networks = []v1.Network{{Name: DefaultNetworkName, NetworkSource: v1.NetworkSource{Pod: &v1.PodNetwork{}}}}
 }
 
-// setVolumeDisks adds a disk for every volume no disk names.
+// setVolumeDisks adds a disk for every volume no disk names, but for memoryDump volumes: QEMU
+// writes a dump into them, the guest never sees them.
 func setVolumeDisks(spec *v1.VirtualMachineInstanceSpec) {
 	named := map[string]bool{}
 	for _, d := range spec.Domain.Devices.Disks {
 		named[d.Name] = true
 	}
 	for _, vol := range spec.Volumes {
-		if !named[vol.Name] {
+		if !named[vol.Name] && vol.MemoryDump == nil {
 			spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, v1.Disk{Name: vol.Name})
 			named[vol.Name] = true
 		}
@@ -254,8 +255,14 @@ func setVolumeDisks(spec *v1.VirtualMachineInstanceSpec) {
 }
 
 // setDiskDevices makes a target-less disk a disk, puts every device without a
-// bus on sata (KubeVirt's amd64 default) and closes cdroms read-only.
+// bus on sata (KubeVirt's amd64 default), but the disk of a hotplugged volume on
+// scsi (virtctl addvolume's default: sata cannot be hotplugged), and closes cdroms
+// read-only.
 func setDiskDevices(spec *v1.VirtualMachineInstanceSpec) {
+	hotplugged := map[string]bool{}
+	for i := range spec.Volumes {
+		hotplugged[spec.Volumes[i].Name] = spec.Volumes[i].IsHotplugged()
+	}
 	for i := range spec.Domain.Devices.Disks {
 		dev := &spec.Domain.Devices.Disks[i].DiskDevice
 		if dev.Disk == nil && dev.CDRom == nil && dev.LUN == nil {
@@ -263,6 +270,9 @@ func setDiskDevices(spec *v1.VirtualMachineInstanceSpec) {
 		}
 		if dev.Disk != nil && dev.Disk.Bus == "" {
 			dev.Disk.Bus = v1.DiskBusSATA
+			if hotplugged[spec.Domain.Devices.Disks[i].Name] {
+				dev.Disk.Bus = v1.DiskBusSCSI
+			}
 		}
 		if dev.LUN != nil && dev.LUN.Bus == "" {
 			dev.LUN.Bus = v1.DiskBusSATA

@@ -232,8 +232,8 @@ func unsupportedVolumeSource(vp *field.Path, s v1.VolumeSource) field.ErrorList 
 			errs = append(errs, unsupported(vp.Child(f.name), f.what))
 		}
 	}
-	if pvc := s.PersistentVolumeClaim; pvc != nil && pvc.Hotpluggable {
-		errs = append(errs, unsupported(vp.Child("persistentVolumeClaim", "hotpluggable"), "hotpluggable volumes"))
+	if md := s.MemoryDump; md != nil && md.ReadOnly {
+		errs = append(errs, unsupported(vp.Child("memoryDump", "readOnly"), "read-only memoryDump volumes: the dump is written into the claim"))
 	}
 	if hd := s.HostDisk; hd != nil && hd.Shared != nil && *hd.Shared {
 		errs = append(errs, unsupported(vp.Child("hostDisk", "shared"), "shared host disks"))

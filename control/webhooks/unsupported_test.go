@@ -98,8 +98,6 @@ func TestUnsupportedIsRefused(t *testing.T) {
 		{"spec.volumes[2].configMap", volume(v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}})},
 		{"spec.volumes[2].secret", volume(v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "s"}})},
 		{"spec.volumes[2].serviceAccount", volume(v1.VolumeSource{ServiceAccount: &v1.ServiceAccountVolumeSource{ServiceAccountName: "default"}})},
-		{"spec.volumes[2].persistentVolumeClaim.hotpluggable", volume(v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{
-			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c"}, Hotpluggable: true}})},
 		{"spec.networks[0].pod.vmIPv6NetworkCIDR", func(s *spec) { s.Networks[0].Pod.VMIPv6NetworkCIDR = "fd10:11::/120" }},
 		{"spec.volumes[2].hostDisk.shared", volume(v1.VolumeSource{HostDisk: &v1.HostDisk{
 			Path: "/d.img", Type: v1.HostDiskExists, Shared: ptr(true)}})},

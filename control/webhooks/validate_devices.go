@@ -129,6 +129,7 @@ func countSources(s v1.VolumeSource) int {
 		s.HostDisk != nil, s.PersistentVolumeClaim != nil, s.CloudInitNoCloud != nil,
 		s.CloudInitConfigDrive != nil, s.ContainerDisk != nil, s.EmptyDisk != nil,
 		s.DataVolume != nil, s.ConfigMap != nil, s.Secret != nil, s.ServiceAccount != nil,
+		s.MemoryDump != nil,
 	} {
 		if set {
 			n++
@@ -154,6 +155,10 @@ func validateVolumeSource(vp *field.Path, s v1.VolumeSource, cfg Config) field.E
 	}
 	if pvc := s.PersistentVolumeClaim; pvc != nil && pvc.ClaimName == "" {
 		cp := vp.Child("persistentVolumeClaim", "claimName")
+		errs = append(errs, required(cp, "%s is a required field", cp))
+	}
+	if md := s.MemoryDump; md != nil && md.ClaimName == "" {
+		cp := vp.Child("memoryDump", "claimName")
 		errs = append(errs, required(cp, "%s is a required field", cp))
 	}
 	if hd := s.HostDisk; hd != nil {
@@ -238,24 +243,28 @@ func validateCloudInit(cp *field.Path, ci *v1.CloudInitNoCloudSource) field.Erro
 }
 
 // validateDisksMatchVolumes wants every disk to name a volume and every volume
-// to be used by a disk.
+// to be used by a disk, but for memoryDump volumes, which no disk may name.
 func validateDisksMatchVolumes(path *field.Path, spec *v1.VirtualMachineInstanceSpec) field.ErrorList {
 	var errs field.ErrorList
-	volumes := map[string]bool{}
-	for _, v := range spec.Volumes {
-		volumes[v.Name] = true
+	volumes := map[string]*v1.Volume{}
+	for i := range spec.Volumes {
+		volumes[spec.Volumes[i].Name] = &spec.Volumes[i]
 	}
 	disks := map[string]bool{}
 	for i, d := range spec.Domain.Devices.Disks {
 		disks[d.Name] = true
-		if !volumes[d.Name] {
-			dp := path.Child("domain", "devices", "disks").Index(i)
+		dp := path.Child("domain", "devices", "disks").Index(i)
+		switch v := volumes[d.Name]; {
+		case v == nil:
 			// KubeVirt capitalises Name in this message; the field is lower case.
 			errs = append(errs, invalid(dp.Child("name"), d.Name, "%s '%s' not found.", dp.Child("Name"), d.Name))
+		case v.MemoryDump != nil:
+			errs = append(errs, invalid(dp.Child("name"), d.Name,
+				"%s names memoryDump volume %s: QEMU writes memory dumps into it, the guest cannot see it as a disk", dp, d.Name))
 		}
 	}
 	for i, v := range spec.Volumes {
-		if v.Name != "" && !disks[v.Name] {
+		if v.Name != "" && !disks[v.Name] && v.MemoryDump == nil {
 			np := path.Child("volumes").Index(i).Child("name")
 			errs = append(errs, invalid(np, v.Name, "%s '%s' not found.", np, v.Name))
 		}

@@ -83,6 +83,7 @@ func ValidateVMISpec(path *field.Path, spec *v1.VirtualMachineInstanceSpec, cfg 
 	errs = append(errs, validateDisks(devices.Child("disks"), spec.Domain.Devices.Disks)...)
 	errs = append(errs, validateVolumes(path.Child("volumes"), spec.Volumes, cfg)...)
 	errs = append(errs, validateDisksMatchVolumes(path, spec)...)
+	errs = append(errs, validateHotplugVolumes(path, spec)...)
 	errs = append(errs, validateNetworking(path, spec)...)
 	errs = append(errs, validateBootOrder(path, spec)...)
 	errs = append(errs, validateAccessCredentials(path.Child("accessCredentials"), spec)...)
@@ -105,10 +106,14 @@ func ValidateVMIMetadata(path *field.Path, meta *metav1.ObjectMeta, privileged b
 }
 
 // ValidateVMIUpdate enforces what may change on an existing VMI: only qvirt's
-// components may touch its spec, its status or the reserved labels.
+// components may touch its status or the reserved labels, and its spec only as
+// hotplug does (validateHotplugUpdate).
 func ValidateVMIUpdate(old, new *v1.VirtualMachineInstance, user authenticationv1.UserInfo, priv Privileges) field.ErrorList {
 	if priv.Allows(user) {
-		return nil
+		if equality.Semantic.DeepEqual(old.Spec, new.Spec) {
+			return nil
+		}
+		return validateHotplugUpdate(field.NewPath("spec"), &old.Spec, &new.Spec)
 	}
 	var errs field.ErrorList
 	if !equality.Semantic.DeepEqual(old.Spec, new.Spec) {

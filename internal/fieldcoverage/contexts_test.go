@@ -54,7 +54,7 @@ func complete(spec map[string]any, leafPath string) {
 	for _, e := range list(spec, "volumes") {
 		vol := e.(map[string]any)
 		if !hasAny(vol, "hostDisk", "persistentVolumeClaim", "cloudInitNoCloud", "cloudInitConfigDrive", "containerDisk",
-			"emptyDisk", "dataVolume", "configMap", "secret", "serviceAccount") {
+			"emptyDisk", "dataVolume", "configMap", "secret", "serviceAccount", "memoryDump") {
 			vol["emptyDisk"] = map[string]any{"capacity": "1Gi"}
 		}
 		if ci, ok := vol["cloudInitNoCloud"].(map[string]any); ok && !hasAny(ci, "userData", "userDataBase64", "networkData", "networkDataBase64") &&

@@ -71,13 +71,16 @@ const (
 	used
 	asUnset
 	elsewhere
+	atRunTime
 	gap
 )
 
 // TestEveryFieldIsRefusedOrUsed walks every field the CRD schemas accept in a VMI spec (as a VMI
 // and as a VM's template) and, for each value it is tried with, requires that the webhook
 // refuses it or that it changes the launcher pod, the launcher's VM spec or QEMU's command line,
-// against the same object without it. The exceptions are listed in tables_test.go with reasons.
+// against the same object without it. The exceptions are listed in tables_test.go with reasons:
+// among them what virt-handler attaches to the VM once it runs (attachedAtRunTime), which by
+// design changes nothing QEMU starts with.
 func TestEveryFieldIsRefusedOrUsed(t *testing.T) {
 	vmiForm, vmForm := loadForms(t)
 	spec := vmiForm.root.Properties["spec"]
@@ -94,7 +97,7 @@ func TestEveryFieldIsRefusedOrUsed(t *testing.T) {
 				t.Run(l.path, func(t *testing.T) {
 					for _, o := range checkLeaf(t, f, leaf{path: l.path, segs: segs, s: l.s, required: l.required}, im) {
 						counts[o]++
-						if o == elsewhere || o == gap {
+						if o == elsewhere || o == atRunTime || o == gap {
 							noEffect[l.path] = true
 						}
 					}
@@ -102,13 +105,13 @@ func TestEveryFieldIsRefusedOrUsed(t *testing.T) {
 			}
 		})
 	}
-	for _, p := range append(keysOf(actedOnElsewhere), keysOf(knownGaps)...) {
+	for _, p := range append(append(keysOf(actedOnElsewhere), keysOf(attachedAtRunTime)...), keysOf(knownGaps)...) {
 		if !noEffect[p] {
-			t.Errorf("%s is listed as accepted without effect here, but every value of it is refused or changes what runs: drop it from actedOnElsewhere or knownGaps", p)
+			t.Errorf("%s is listed as accepted without effect here, but every value of it is refused or changes what runs: drop it from actedOnElsewhere, attachedAtRunTime or knownGaps", p)
 		}
 	}
-	t.Logf("%d fields, %d values refused, %d refused with their parent, %d used, %d same as unset, %d acted on elsewhere, %d known gaps",
-		len(all), counts[refused], counts[refusedWithParent], counts[used], counts[asUnset], counts[elsewhere], counts[gap])
+	t.Logf("%d fields, %d values refused, %d refused with their parent, %d used, %d same as unset, %d acted on elsewhere, %d attached at run time, %d known gaps",
+		len(all), counts[refused], counts[refusedWithParent], counts[used], counts[asUnset], counts[elsewhere], counts[atRunTime], counts[gap])
 	checkVMOnly(t, vmForm, im)
 }
 
@@ -139,7 +142,7 @@ func checkLeaf(t *testing.T, f form, l leaf, im images) []outcome {
 	case len(base.refused) > 0:
 		if at := parentsRefused(base.refused, ctlBuilder.created, joinSegs(l.segs)); len(at) > 0 {
 			// Its parent alone is refused (lun: {}, tpm: {}...), and so is any value of it.
-			if sameAsUnset[l.path] != nil || actedOnElsewhere[l.path] != "" || knownGaps[l.path] != "" {
+			if sameAsUnset[l.path] != nil || actedOnElsewhere[l.path] != "" || attachedAtRunTime[l.path] != "" || knownGaps[l.path] != "" {
 				t.Errorf("its parent is refused (%s), yet it is listed as accepted", strings.Join(at, ", "))
 			}
 			t.Logf("refused with its parent: %s", causes(base.refused))
@@ -182,6 +185,9 @@ func checkLeaf(t *testing.T, f form, l leaf, im images) []outcome {
 			case actedOnElsewhere[l.path] != "":
 				t.Logf("%s: acted on by %s", key, actedOnElsewhere[l.path])
 				out = append(out, elsewhere)
+			case attachedAtRunTime[l.path] != "":
+				t.Logf("%s: attached at run time: %s", key, attachedAtRunTime[l.path])
+				out = append(out, atRunTime)
 			case knownGaps[l.path] != "":
 				t.Logf("%s: KNOWN GAP, accepted without effect: %s", key, knownGaps[l.path])
 				out = append(out, gap)
@@ -233,10 +239,11 @@ func checkTables(t *testing.T, all []leaf, vm *schema) {
 		known[l.path] = true
 	}
 	for name, keys := range map[string][]string{
-		"samples":          keysOf(samples),
-		"sameAsUnset":      keysOf(sameAsUnset),
-		"actedOnElsewhere": keysOf(actedOnElsewhere),
-		"knownGaps":        keysOf(knownGaps),
+		"samples":           keysOf(samples),
+		"sameAsUnset":       keysOf(sameAsUnset),
+		"actedOnElsewhere":  keysOf(actedOnElsewhere),
+		"attachedAtRunTime": keysOf(attachedAtRunTime),
+		"knownGaps":         keysOf(knownGaps),
 	} {
 		for _, k := range keys {
 			if !known[k] {

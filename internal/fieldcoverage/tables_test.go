@@ -134,7 +134,6 @@ var sameAsUnset = map[string]map[string]string{
 	"spec.domain.devices.logSerialConsole":           {"false": "qvirt never copies the serial console to the pod log"},
 	"spec.domain.devices.disableHotplug": {
 		"false": "KubeVirt's default",
-		"true":  "qvirt offers no hotplug at all, so every VM runs as with disableHotplug",
 	},
 	"spec.domain.devices.disks[].disk.bus":                                   {"sata": "the amd64 default bus"},
 	"spec.domain.devices.disks[].disk.readonly":                              {"false": "KubeVirt's default"},
@@ -151,6 +150,11 @@ var sameAsUnset = map[string]map[string]string{
 	"spec.volumes[].persistentVolumeClaim.hotpluggable":                      {"false": "KubeVirt's default"},
 	"spec.accessCredentials[].userPassword.propagationMethod.qemuGuestAgent": {"{}": "the one method passwords have, which the webhook requires (the test's context writes it when left out)"},
 	"spec.networks[].pod.vmIPv6NetworkCIDR":                                  {"fd10:0:2::/120": "KubeVirt's default; the masquerade binding gives the guest no IPv6 either way"},
+	"spec.volumes[].memoryDump.readOnly":                                     {"false": "the Kubernetes default; a read-only one is refused"},
+	"spec.volumes[].memoryDump.hotpluggable": {
+		"true":  "a memoryDump volume is always hotplugged, which the VM controller writes out",
+		"false": "a memoryDump volume is hotplugged all the same: it never reaches the launcher pod",
+	},
 }
 
 // actedOnElsewhere are fields that change nothing the test renders but are honoured by another
@@ -164,6 +168,14 @@ var actedOnElsewhere = map[string]string{
 	"spec.domain.devices.interfaces[].ports[].name":     "a label of the port, checked to be unique and well-formed; KubeVirt does no more with it",
 	"spec.networks[].pod.vmNetworkCIDR":                 "the subnet of the masquerade binding's gateway and guest (node/podnet)",
 	"spec.evictionStrategy":                             "virt-api's eviction webhook and virt-controller's evacuation (control/webhooks EvictionDecision)",
+}
+
+// attachedAtRunTime are fields of hotplugged volumes that by design change nothing the launcher
+// pod or QEMU starts with: virt-handler attaches them to the running VM (an attachment pod holds
+// the claim on the VMI's node, QEMU gets the disk over QMP). Each one must still be accepted
+// without effect on what the test renders.
+var attachedAtRunTime = map[string]string{
+	"spec.volumes[].memoryDump.claimName": "the claim virt-handler attaches to the running VM for QEMU to write a memory dump into (node/handler)",
 }
 
 // knownGaps are fields accepted without effect that are yet to be acted on or refused; the test

@@ -99,7 +99,11 @@ func Build(vmi *v1.VirtualMachineInstance, env Env) (*launcherapi.VMSpec, error)
 	}
 	out.StartPaused = spec.StartStrategy != nil && *spec.StartStrategy == v1.StartStrategyPaused
 	if !dom.Devices.DisableHotplug {
-		out.Hotplug = &launcherapi.Hotplug{PcieRootPorts: HotplugRootPorts}
+		out.Hotplug = &launcherapi.Hotplug{}
+		if out.MachineType == "q35" {
+			// On pc, virtio disks go onto the root bus.
+			out.Hotplug.PcieRootPorts = HotplugRootPorts
+		}
 	}
 	if c := dom.CPU; c != nil {
 		out.Cpu = &launcherapi.CPU{Sockets: c.Sockets, Cores: c.Cores, Threads: c.Threads, Model: c.Model}

@@ -1,5 +1,6 @@
 // Package vm is the VirtualMachine controller: it starts and stops the VM's
-// VMI according to the run strategy and the queued start/stop requests, and
+// VMI according to the run strategy and the queued start/stop requests, carries
+// the volume and memory dump requests to the template and the running VMI, and
 // reports the VM's status (printableStatus, conditions, generations).
 package vm
 
@@ -79,6 +80,17 @@ func (r *Reconciler) reconcile(ctx context.Context, vm *virtv1.VirtualMachine) (
 		res, err = r.syncRunStrategy(ctx, vm, vmi, &round)
 		if err != nil {
 			return ctrl.Result{}, err
+		}
+	}
+	// A VMI created or deleted this round is not the one the cache shows: hotplug waits for
+	// the next round, as in KubeVirt.
+	if !round.Expect.StartExpected && !round.Expect.StopExpected {
+		err := r.syncHotplug(ctx, vm, vmi)
+		switch {
+		case apierrors.IsConflict(err):
+			return ctrl.Result{}, err
+		case err != nil && round.SyncErr == nil:
+			round.SyncErr = &SyncError{Reason: ReasonHotplugVolumeError, Err: err}
 		}
 	}
 	if vmi != nil && !round.Expect.StopExpected {
@@ -265,10 +277,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, vm *virtv1.VirtualMachine,
 	if equality.Semantic.DeepEqual(st, vm.Status) {
 		return nil
 	}
-	old := vm.Status.PrintableStatus
+	old, oldDump := vm.Status.PrintableStatus, memoryDumpPhaseOf(vm.Status.MemoryDumpRequest)
 	err := r.patchStatus(ctx, vm, func(v *virtv1.VirtualMachine) { v.Status = st })
 	if err == nil && old != st.PrintableStatus {
 		log.FromContext(ctx).Info("VM status changed", "from", old, "to", st.PrintableStatus)
+	}
+	if d := memoryDumpPhaseOf(st.MemoryDumpRequest); err == nil && d != oldDump {
+		log.FromContext(ctx).Info("Memory dump moved on", "from", oldDump, "to", d, "claim", claimOf(st.MemoryDumpRequest, vm.Status.MemoryDumpRequest))
 	}
 	if apierrors.IsNotFound(err) && vm.DeletionTimestamp != nil {
 		return nil

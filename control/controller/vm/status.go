@@ -77,6 +77,8 @@ func DesiredStatus(vm *virtv1.VirtualMachine, vmi *virtv1.VirtualMachineInstance
 			st.StateChangeRequests = nil
 		}
 	}
+	st.VolumeRequests = pendingVolumeRequests(vm)
+	st.MemoryDumpRequest = nextMemoryDumpRequest(vm, vmi)
 	st.StartFailure = nextStartFailure(st.StartFailure, round.Strategy, vmi, round.Now, jitter)
 
 	syncReadyCondition(&st, vmi, now)

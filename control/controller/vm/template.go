@@ -34,11 +34,12 @@ func FirmwareUUID(vmName string) types.UID {
 	return types.UID(uuid.NewSHA1(firmwareUUIDNamespace, []byte(vmName)).String())
 }
 
-// TemplateHash fingerprints the VMI spec of vm's template.
+// TemplateHash fingerprints the VMI spec of vm's template, but for its hotplugged volumes:
+// changing those needs no restart.
 func TemplateHash(vm *virtv1.VirtualMachine) string {
 	var spec virtv1.VirtualMachineInstanceSpec
 	if vm.Spec.Template != nil {
-		spec = vm.Spec.Template.Spec
+		spec = withoutHotplugged(vm.Spec.Template.Spec)
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -66,6 +67,7 @@ func NewVMI(vm *virtv1.VirtualMachine) *virtv1.VirtualMachineInstance {
 		vmi.Labels = maps.Clone(t.ObjectMeta.Labels)
 		vmi.Annotations = maps.Clone(t.ObjectMeta.Annotations)
 		vmi.Spec = *t.Spec.DeepCopy()
+		withoutMemoryDump(vm, &vmi.Spec)
 	}
 	if vmi.Annotations == nil {
 		vmi.Annotations = map[string]string{}
