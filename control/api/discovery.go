@@ -11,15 +11,21 @@ import (
 // GroupName is the API group of the subresources.
 const GroupName = "subresources.kubevirt.io"
 
-// subresources lists what the APIResourceList advertises, as KubeVirt does.
-var subresources = []string{
-	"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart", "virtualmachines/migrate",
-	"virtualmachines/portforward",
-	"virtualmachineinstances/console", "virtualmachineinstances/vnc", "virtualmachineinstances/vnc/screenshot",
-	"virtualmachineinstances/portforward", "virtualmachineinstances/pause", "virtualmachineinstances/unpause",
-	"virtualmachineinstances/softreboot", "virtualmachineinstances/reset",
-	"virtualmachineinstances/guestosinfo", "virtualmachineinstances/userlist", "virtualmachineinstances/filesystemlist",
-	"virtualmachineinstances/vsock",
+// subresources lists what the APIResourceList advertises, with the verb RBAC checks for each
+// (PUT is update, GET is get). KubeVirt lists no verbs; they are given here so that discovery
+// tells what a role must grant.
+var subresources = []struct{ name, verb string }{
+	{"virtualmachines/start", "update"}, {"virtualmachines/stop", "update"}, {"virtualmachines/restart", "update"},
+	{"virtualmachines/migrate", "update"}, {"virtualmachines/portforward", "get"},
+	{"virtualmachines/addvolume", "update"}, {"virtualmachines/removevolume", "update"},
+	{"virtualmachines/memorydump", "update"}, {"virtualmachines/removememorydump", "update"},
+	{"virtualmachineinstances/console", "get"}, {"virtualmachineinstances/vnc", "get"},
+	{"virtualmachineinstances/vnc/screenshot", "get"}, {"virtualmachineinstances/portforward", "get"},
+	{"virtualmachineinstances/pause", "update"}, {"virtualmachineinstances/unpause", "update"},
+	{"virtualmachineinstances/softreboot", "update"}, {"virtualmachineinstances/reset", "update"},
+	{"virtualmachineinstances/guestosinfo", "get"}, {"virtualmachineinstances/userlist", "get"},
+	{"virtualmachineinstances/filesystemlist", "get"}, {"virtualmachineinstances/vsock", "get"},
+	{"virtualmachineinstances/addvolume", "update"}, {"virtualmachineinstances/removevolume", "update"},
 }
 
 func apiGroup() *metav1.APIGroup {
@@ -35,7 +41,7 @@ func apiGroup() *metav1.APIGroup {
 func apiResourceList() *metav1.APIResourceList {
 	l := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: GroupName + "/v1"}
 	for _, r := range subresources {
-		l.APIResources = append(l.APIResources, metav1.APIResource{Name: r, Namespaced: true, Kind: ""})
+		l.APIResources = append(l.APIResources, metav1.APIResource{Name: r.name, Namespaced: true, Verbs: metav1.Verbs{r.verb}})
 	}
 	return l
 }

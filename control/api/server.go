@@ -1,7 +1,7 @@
 // Package api is virt-api's aggregated API (subresources.kubevirt.io/v1): discovery and
-// version, VM start/stop/restart/migrate done by patching objects, and the VMI commands and
-// streams relayed to the node agent running the VM. It keeps no state of its own, so any
-// number of replicas can serve it.
+// version, VM start/stop/restart/migrate, volume hotplug and memory dumps done by patching
+// objects, and the VMI commands and streams relayed to the node agent running the VM. It keeps
+// no state of its own, so any number of replicas can serve it.
 package api
 
 import (
@@ -86,6 +86,10 @@ func NewServer(opts Options) *Server {
 	s.mux.Handle("PUT "+ns+"/virtualmachines/{name}/restart", s.authorized("virtualmachines", "restart", s.restart))
 	s.mux.Handle("PUT "+ns+"/virtualmachines/{name}/migrate", s.authorized("virtualmachines", "migrate", s.migrate))
 	s.mux.Handle("GET "+ns+"/virtualmachines/{name}/portforward/{port}/{protocol}", s.authorized("virtualmachines", "portforward", s.portForward))
+	s.mux.Handle("PUT "+ns+"/virtualmachines/{name}/addvolume", s.authorized("virtualmachines", "addvolume", s.vmAddVolume))
+	s.mux.Handle("PUT "+ns+"/virtualmachines/{name}/removevolume", s.authorized("virtualmachines", "removevolume", s.vmRemoveVolume))
+	s.mux.Handle("PUT "+ns+"/virtualmachines/{name}/memorydump", s.authorized("virtualmachines", "memorydump", s.memoryDump))
+	s.mux.Handle("PUT "+ns+"/virtualmachines/{name}/removememorydump", s.authorized("virtualmachines", "removememorydump", s.removeMemoryDump))
 
 	vmis := ns + "/virtualmachineinstances/{name}"
 	for _, cmd := range nodeapi.Commands {
@@ -96,6 +100,8 @@ func NewServer(opts Options) *Server {
 	s.mux.Handle("GET "+vmis+"/vnc/screenshot", s.authorized("virtualmachineinstances", "vnc/screenshot", s.screenshot))
 	s.mux.Handle("GET "+vmis+"/portforward/{port}/{protocol}", s.authorized("virtualmachineinstances", "portforward", s.portForward))
 	s.mux.Handle("GET "+vmis+"/vsock", s.authorized("virtualmachineinstances", "vsock", s.vsock))
+	s.mux.Handle("PUT "+vmis+"/addvolume", s.authorized("virtualmachineinstances", "addvolume", s.vmiAddVolume))
+	s.mux.Handle("PUT "+vmis+"/removevolume", s.authorized("virtualmachineinstances", "removevolume", s.vmiRemoveVolume))
 	for _, sub := range []string{"guestosinfo", "userlist", "filesystemlist"} {
 		s.mux.Handle("GET "+vmis+"/"+sub, s.authorized("virtualmachineinstances", sub, s.guestAgent))
 	}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/internal/pki"
@@ -59,12 +60,26 @@ type env struct {
 
 func newEnv(t *testing.T, objs ...client.Object) *env {
 	t.Helper()
+	return newEnvWith(t, nil, objs...)
+}
+
+// newEnvWith is newEnv with interceptors on the API client, to stage what happens between the
+// server's reads and writes.
+func newEnvWith(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) *env {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := v1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithStatusSubresource(&v1.VirtualMachine{}, &v1.VirtualMachineInstance{}).Build()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1.VirtualMachine{}, &v1.VirtualMachineInstance{})
+	if funcs != nil {
+		b = b.WithInterceptorFuncs(*funcs)
+	}
+	c := b.Build()
 
 	dir := t.TempDir()
 	ca, _ := pki.NewCA("requestheader-ca", time.Hour)
@@ -96,6 +111,9 @@ func newEnv(t *testing.T, objs ...client.Object) *env {
 			"alice get virtualmachineinstances/console": true, "alice get virtualmachineinstances/vnc/screenshot": true,
 			"alice get virtualmachineinstances/guestosinfo": true, "alice get virtualmachineinstances/userlist": true,
 			"alice get virtualmachineinstances/filesystemlist": true, "alice get virtualmachineinstances/vsock": true,
+			"alice update virtualmachineinstances/addvolume": true, "alice update virtualmachineinstances/removevolume": true,
+			"alice update virtualmachines/addvolume": true, "alice update virtualmachines/removevolume": true,
+			"alice update virtualmachines/memorydump": true, "alice update virtualmachines/removememorydump": true,
 		},
 		Nodes:      staticNodes(node.Endpoint),
 		NodeClient: node.Client,

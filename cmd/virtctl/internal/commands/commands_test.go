@@ -231,7 +231,7 @@ func TestScreenshotWritesThePNG(t *testing.T) {
 
 func TestHelpListsTheCommands(t *testing.T) {
 	res := run(t, "/nonexistent", nil, "--help")
-	for _, c := range []string{"version", "start", "stop", "restart", "pause", "unpause", "migrate", "migrate-cancel", "soft-reboot", "console", "vnc", "port-forward", "screenshot"} {
+	for _, c := range []string{"version", "start", "stop", "restart", "pause", "unpause", "migrate", "migrate-cancel", "soft-reboot", "console", "vnc", "port-forward", "screenshot", "addvolume", "removevolume", "memory-dump"} {
 		if !strings.Contains(res.stdout, "\n  "+c+" ") {
 			t.Errorf("help lacks %s:\n%s", c, res.stdout)
 		}

@@ -90,6 +90,9 @@ func NewRootCommand() (*cobra.Command, *env) {
 		newGuestAgentCommand(e, "guestosinfo", "guestosinfo", "Return guest agent info about operating system."),
 		newGuestAgentCommand(e, "userlist", "userlist", "Return full list of logged in users on a guest machine."),
 		newGuestAgentCommand(e, "fslist", "filesystemlist", "Return full list of filesystems available on the guest machine."),
+		newAddVolumeCommand(e),
+		newRemoveVolumeCommand(e),
+		newMemoryDumpCommand(e),
 	)
 	return root, e
 }

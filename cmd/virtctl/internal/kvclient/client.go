@@ -1,7 +1,8 @@
 // Package kvclient talks to KubeVirt's API the way KubeVirt's virtctl does: PUTs and GETs on
 // the aggregated subresources.kubevirt.io/v1 API, websocket streams through the kube-apiserver,
-// and the kubevirt.io/v1 migration objects. It is built from a client-go REST config, so every
-// request, websockets included, carries the kubeconfig's credentials.
+// the kubevirt.io/v1 objects, and the claims volumes and memory dumps use. It is built from a
+// client-go REST config, so every request, websockets included, carries the kubeconfig's
+// credentials.
 package kvclient
 
 import (
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,12 +35,16 @@ type Client struct {
 	config *rest.Config
 	sub    *rest.RESTClient
 	kv     *rest.RESTClient
+	core   *rest.RESTClient
 }
 
 // New builds a client from a REST config (which it does not modify).
 func New(config *rest.Config) (*Client, error) {
 	scheme := runtime.NewScheme()
 	if err := v1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
 	// Status and the option kinds under the core version, as client-go's own scheme does,
@@ -50,6 +56,9 @@ func New(config *rest.Config) (*Client, error) {
 		c := rest.CopyConfig(config)
 		c.GroupVersion = &gv
 		c.APIPath = "/apis"
+		if gv.Group == "" {
+			c.APIPath = "/api"
+		}
 		c.NegotiatedSerializer = codecs
 		c.ContentType = runtime.ContentTypeJSON
 		if c.UserAgent == "" {
@@ -65,7 +74,11 @@ func New(config *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{config: rest.CopyConfig(config), sub: sub, kv: kv}, nil
+	core, err := restFor(corev1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{config: rest.CopyConfig(config), sub: sub, kv: kv, core: core}, nil
 }
 
 // ServerVersion reads GET /apis/subresources.kubevirt.io/v1/version.

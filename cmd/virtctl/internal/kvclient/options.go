@@ -12,6 +12,10 @@ type (
 	RestartOptions = v1.RestartOptions
 	MigrateOptions = v1.MigrateOptions
 	PauseOptions   = v1.PauseOptions
+
+	AddVolumeOptions    = v1.AddVolumeOptions
+	RemoveVolumeOptions = v1.RemoveVolumeOptions
+	MemoryDumpRequest   = v1.VirtualMachineMemoryDumpRequest
 )
 
 // DryRunAll is the only dry-run value the API accepts.
