@@ -2,6 +2,7 @@ package qmp
 
 import (
 	"context"
+	"fmt"
 	"os"
 )
 
@@ -65,4 +66,72 @@ func (c *Client) Screendump(ctx context.Context, filename string, format string)
 func (c *Client) versionAtLeast(major, minor int) bool {
 	gotMajor, gotMinor, _ := c.Version()
 	return gotMajor > major || (gotMajor == major && gotMinor >= minor)
+}
+
+// FDInfo is what add-fd answers: the descriptor set the file went into, and
+// QEMU's descriptor number for it.
+type FDInfo struct {
+	FDSetID int64 `json:"fdset-id"`
+	FD      int64 `json:"fd"`
+}
+
+// AddFD passes f to QEMU into a new descriptor set (add-fd). QEMU code that
+// opens "/dev/fdset/<FDSetID>" gets a duplicate of it, with the access mode f
+// was opened with: a read-only open needs a read-only descriptor. opaque is
+// a free-form label query-fdsets shows. f stays open on our side.
+func (c *Client) AddFD(ctx context.Context, f *os.File, opaque string) (FDInfo, error) {
+	var args map[string]any
+	if opaque != "" {
+		args = map[string]any{"opaque": opaque}
+	}
+	var info FDInfo
+	err := c.ExecuteWithFile(ctx, "add-fd", args, f, &info)
+	return info, err
+}
+
+// RemoveFD removes a descriptor set (remove-fd). QEMU closes its descriptors
+// once nothing opened through /dev/fdset/<id> holds them any more, so remove
+// the set after the block nodes using it.
+func (c *Client) RemoveFD(ctx context.Context, fdsetID int64) error {
+	return c.Execute(ctx, "remove-fd", map[string]any{"fdset-id": fdsetID}, nil)
+}
+
+// DeviceDelWait unplugs a device and waits until QEMU emits DEVICE_DELETED
+// for it, or ctx ends (an error wrapping ErrTimeout on a deadline). A SCSI
+// disk goes at once; a PCI device waits for the guest to release it, which
+// a guest without a driver for the slot never does, so bound ctx. A missing
+// device is an *Error of class ClassDeviceNotFound.
+func (c *Client) DeviceDelWait(ctx context.Context, id string) error {
+	// Subscribed before the command: a SCSI disk's event may come before the reply.
+	events, cancel := c.Subscribe(64)
+	defer cancel()
+	if err := c.DeviceDel(ctx, id); err != nil {
+		return err
+	}
+	if _, err := WaitEvent(ctx, events, DeviceDeleted(id)); err != nil {
+		return fmt.Errorf("qmp device_del %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeviceDeleted matches the DEVICE_DELETED event of the device with this id
+// (not those QEMU sends for the device's unnamed children).
+func DeviceDeleted(id string) func(Event) bool {
+	return func(e Event) bool {
+		return e.Name == "DEVICE_DELETED" && e.Data["device"] == id
+	}
+}
+
+// ObjectProperty is an entry of qom-list.
+type ObjectProperty struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// QOMList lists the properties (and children, as "child<type>") of the QOM
+// object at path; a missing object is an *Error of class ClassDeviceNotFound.
+func (c *Client) QOMList(ctx context.Context, path string) ([]ObjectProperty, error) {
+	var props []ObjectProperty
+	err := c.Execute(ctx, "qom-list", map[string]any{"path": path}, &props)
+	return props, err
 }

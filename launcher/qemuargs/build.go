@@ -32,7 +32,9 @@ func Build(spec *launcherapi.VMSpec, l Layout) ([]string, error) {
 	a = append(a, firmwareArgs(spec.Firmware)...)
 	a = append(a, socketChardev{ID: "qmp", Path: l.QMPSocket()}.args()...)
 	a = append(a, "-mon", "chardev=qmp,mode=control")
-	a = append(a, diskArgs(spec.Disks, l)...)
+	// The spare root ports come before every device QEMU places itself (see hotplugTopSlot).
+	a = append(a, hotplugPortArgs(spec)...)
+	a = append(a, diskArgs(spec.Disks, spec.Hotplug != nil, l)...)
 	a = append(a, nicArgs(spec.Interfaces, l)...)
 	a = append(a, deviceArgs(spec.Devices, l)...)
 	return a, nil
@@ -100,7 +102,9 @@ func firmwareArgs(fw *launcherapi.Firmware) []string {
 	return a
 }
 
-func diskArgs(disks []*launcherapi.Disk, l Layout) []string {
+// diskArgs renders the disks and their controllers; hotplug adds the SCSI controller even
+// without a cold-plugged SCSI disk, for the disks to come.
+func diskArgs(disks []*launcherapi.Disk, hotplug bool, l Layout) []string {
 	var a []string
 	var hasSATA, hasSCSI bool
 	for _, d := range disks {
@@ -111,7 +115,7 @@ func diskArgs(disks []*launcherapi.Disk, l Layout) []string {
 	if hasSATA {
 		a = append(a, "-device", "ahci,id=sata0")
 	}
-	if hasSCSI {
+	if hasSCSI || hotplug {
 		a = append(a, "-device", "virtio-scsi-pci,id=scsi0")
 	}
 	sataPort, scsiLUN := 0, 0
@@ -135,7 +139,7 @@ func diskArgs(disks []*launcherapi.Disk, l Layout) []string {
 			bd.Driver, bd.Bus = pick(cdrom, "ide-cd", "ide-hd"), fmt.Sprintf("sata0.%d", sataPort)
 			sataPort++
 		case launcherapi.Bus_BUS_SCSI:
-			bd.Driver, bd.Bus, bd.LUN = pick(cdrom, "scsi-cd", "scsi-hd"), "scsi0.0", fmt.Sprint(scsiLUN)
+			bd.Driver, bd.Bus, bd.LUN = pick(cdrom, "scsi-cd", "scsi-hd"), SCSIBus, fmt.Sprint(scsiLUN)
 			scsiLUN++
 		}
 		a = append(a, bd.args()...)

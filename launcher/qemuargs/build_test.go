@@ -119,6 +119,19 @@ func TestBuildGolden(t *testing.T) {
 		"all-devices": with(func(s *launcherapi.VMSpec) {
 			s.Devices = &launcherapi.Devices{SerialConsole: true, Vnc: true, MemBalloon: true, Rng: true}
 		}),
+		// Nine ports: a full slot of eight functions below the ICH9, and one in the next slot
+		// down; the SCSI controller is there with the cold-plugged SCSI disk keeping LUN 0.
+		"hotplug-q35": with(func(s *launcherapi.VMSpec) {
+			s.Hotplug = &launcherapi.Hotplug{PcieRootPorts: 9}
+			s.Disks = []*launcherapi.Disk{containerDisk("root", launcherapi.Bus_BUS_VIRTIO),
+				{Name: "scratch", Bus: launcherapi.Bus_BUS_SCSI, Source: &launcherapi.Disk_EmptyDisk{EmptyDisk: &launcherapi.EmptyDiskSource{CapacityBytes: gib}}}}
+		}),
+		// On pc hotplugged disks go onto the root bus: only the SCSI controller is added.
+		"hotplug-pc": with(func(s *launcherapi.VMSpec) {
+			s.MachineType = "pc"
+			s.Hotplug = &launcherapi.Hotplug{}
+			s.Disks = []*launcherapi.Disk{containerDisk("root", launcherapi.Bus_BUS_VIRTIO)}
+		}),
 		"full": with(func(s *launcherapi.VMSpec) {
 			s.Cpu = &launcherapi.CPU{Sockets: 1, Cores: 2, Threads: 1}
 			s.MemoryBytes = 256 * mib
@@ -206,6 +219,16 @@ func TestBuildRejectsBadSpecs(t *testing.T) {
 				s.Disks = append(s.Disks, containerDisk(n, launcherapi.Bus_BUS_SATA))
 			}
 		}), "spec.disks", field.ErrorTypeTooMany},
+		{"disk from a descriptor at start", with(func(s *launcherapi.VMSpec) {
+			s.Disks = []*launcherapi.Disk{{Name: "hp", Bus: launcherapi.Bus_BUS_SCSI, Source: &launcherapi.Disk_Fd{Fd: &launcherapi.FDSource{FdName: "disk-hp"}}}}
+		}), "spec.disks[0].fd", field.ErrorTypeInvalid},
+		{"too many hotplug ports", with(func(s *launcherapi.VMSpec) {
+			s.Hotplug = &launcherapi.Hotplug{PcieRootPorts: MaxHotplugPorts + 1}
+		}), "spec.hotplug.pcie_root_ports", field.ErrorTypeTooMany},
+		{"root ports on pc", with(func(s *launcherapi.VMSpec) {
+			s.MachineType = "pc"
+			s.Hotplug = &launcherapi.Hotplug{PcieRootPorts: 2}
+		}), "spec.hotplug.pcie_root_ports", field.ErrorTypeInvalid},
 		{"bad mac", with(func(s *launcherapi.VMSpec) {
 			s.Interfaces = []*launcherapi.Interface{{Name: "n", MacAddress: "zz:00", TapFdName: "tap0"}}
 		}), "spec.interfaces[0].mac_address", field.ErrorTypeInvalid},

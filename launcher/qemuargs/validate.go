@@ -55,6 +55,7 @@ func Validate(spec *launcherapi.VMSpec, l Layout) field.ErrorList {
 		errs = append(errs, field.Required(root.Child("firmware", "kernel_boot", "kernel_path"), "kernel boot needs a kernel"))
 	}
 	errs = append(errs, validateDisks(spec.Disks, root.Child("disks"))...)
+	errs = append(errs, validateHotplug(spec, root.Child("hotplug"))...)
 	errs = append(errs, validateInterfaces(spec.Interfaces, l, root.Child("interfaces"))...)
 	if vs := spec.GetDevices().GetVsock(); vs != nil {
 		vp := root.Child("devices", "vsock")
@@ -143,6 +144,8 @@ func validateSource(d *launcherapi.Disk, dp *field.Path) field.ErrorList {
 		if c := src.EmptyDisk.GetCapacityBytes(); c == 0 {
 			return field.ErrorList{field.Required(dp.Child("empty_disk", "capacity_bytes"), "an empty disk needs a capacity")}
 		}
+	case *launcherapi.Disk_Fd:
+		return field.ErrorList{field.Invalid(dp.Child("fd"), src.Fd.GetFdName(), "a disk handed in as a descriptor is only hotplugged (HotplugDisks), never there at start")}
 	}
 	return nil
 }

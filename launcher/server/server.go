@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -71,7 +72,8 @@ func (s *Server) VM() *vm.VM {
 	return s.vm
 }
 
-// AddTap keeps a tap descriptor for the VM's start; a newer one under the same name wins.
+// AddTap keeps a descriptor handed in: a tap (or the vhost-vsock device) for the VM's start,
+// a hotplugged disk's, a memory dump's. A newer one under the same name wins.
 func (s *Server) AddTap(name string, f *os.File) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,7 +81,7 @@ func (s *Server) AddTap(name string, f *os.File) {
 		old.Close()
 	}
 	s.taps[name] = f
-	s.opts.Log.V(1).Info("tap received", "name", name)
+	s.opts.Log.V(1).Info("descriptor received", "name", name)
 }
 
 // ServeFDs accepts connections that hand over tap descriptors until l is closed.
@@ -224,6 +226,37 @@ func (s *Server) Screenshot(ctx context.Context, _ *launcherapi.Empty) (*launche
 	return &launcherapi.ScreenshotResponse{Png: png}, nil
 }
 
+// HotplugDisks makes the VM's hotplugged disks the listed ones; each disk it attaches takes
+// its descriptor out of those handed in.
+func (s *Server) HotplugDisks(ctx context.Context, req *launcherapi.HotplugDisksRequest) (*launcherapi.StatusResponse, error) {
+	return s.withVM(ctx, func(v *vm.VM, ctx context.Context) error {
+		return v.HotplugDisks(ctx, req.Disks, s.takeFD)
+	})
+}
+
+// DumpMemory starts a memory dump into the descriptor handed in under fd_name.
+func (s *Server) DumpMemory(ctx context.Context, req *launcherapi.DumpMemoryRequest) (*launcherapi.StatusResponse, error) {
+	if req.FdName == "" {
+		return nil, status.Error(codes.InvalidArgument, "fd_name: required")
+	}
+	return s.withVM(ctx, func(v *vm.VM, ctx context.Context) error {
+		f, ok := s.takeFD(req.FdName)
+		if !ok {
+			return fmt.Errorf("memory dump: %w: %q", vm.ErrNoDescriptor, req.FdName)
+		}
+		return v.DumpMemory(ctx, req.Id, f)
+	})
+}
+
+// takeFD hands a descriptor over for good: it serves one disk or one dump.
+func (s *Server) takeFD(name string) (*os.File, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.taps[name]
+	delete(s.taps, name)
+	return f, ok
+}
+
 // Events sends the current state, then every change, and ends after QEMU has exited.
 func (s *Server) Events(_ *launcherapi.Empty, stream launcherapi.Launcher_EventsServer) error {
 	select {
@@ -265,7 +298,10 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, vm.ErrInvalidSpec):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, vm.ErrNotRunning), errors.Is(err, vm.ErrAlreadyStarted), errors.Is(err, vm.ErrMigrating), errors.Is(err, vm.ErrNoMigration):
+	case errors.Is(err, vm.ErrNoDescriptor):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, vm.ErrNotRunning), errors.Is(err, vm.ErrAlreadyStarted), errors.Is(err, vm.ErrMigrating), errors.Is(err, vm.ErrNoMigration),
+		errors.Is(err, vm.ErrDumpInProgress), errors.Is(err, vm.ErrHotplugged):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, qmp.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

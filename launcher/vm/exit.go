@@ -28,12 +28,13 @@ func (v *VM) followEvents(events <-chan qmp.Event) {
 		case "STOP":
 			// QEMU also stops the vCPUs when the guest powers off (-no-shutdown) and when an
 			// outgoing migration enters its last stage or post-copy: neither is a pause.
+			// A memory dump stops the guest too, and resumes it when done.
 			v.mu.Lock()
-			off := v.poweredOff
+			off, dumping := v.poweredOff, v.dumping
 			m := v.status.Migration
 			moving := m != nil && m.Outgoing && migrating(m)
 			v.mu.Unlock()
-			if !off && !moving {
+			if !off && !moving && !dumping {
 				v.transition(launcherapi.State_STATE_RUNNING, launcherapi.State_STATE_PAUSED, ev.Name)
 			}
 		case "RESUME":
@@ -44,6 +45,12 @@ func (v *VM) followEvents(events <-chan qmp.Event) {
 		case "MIGRATION":
 			if s, ok := ev.Data["status"].(string); ok {
 				v.incomingMigration(s)
+			}
+		case "DUMP_COMPLETED":
+			v.dumpCompleted(ev)
+		case "DEVICE_DELETED":
+			if id, ok := ev.Data["device"].(string); ok {
+				v.hotplugDeviceDeleted(id)
 			}
 		case "RESET", "POWERDOWN", "GUEST_PANICKED":
 			v.mu.Lock()
@@ -190,6 +197,8 @@ func (v *VM) finish(state launcherapi.State, reason launcherapi.ExitReason, msg 
 	v.status.ExitReason = reason
 	v.status.Message = msg
 	v.status.QmpStatus = ""
+	// Nothing is attached to a QEMU that is gone.
+	v.status.HotpluggedDisks = nil
 	v.publishLocked("")
 	for ch := range v.subs {
 		close(ch)

@@ -114,6 +114,9 @@ func (v *VM) Migrate(ctx context.Context, req *launcherapi.MigrateRequest) error
 	case migrating(v.status.Migration):
 		v.mu.Unlock()
 		return ErrMigrating
+	case len(v.status.HotpluggedDisks) > 0:
+		v.mu.Unlock()
+		return ErrHotplugged
 	}
 	v.status.Migration = &launcherapi.MigrationStatus{State: qmp.MigrationSetup, Outgoing: true, StartUnixNano: time.Now().UnixNano(), Mode: ModePreCopy}
 	v.publishLocked("MIGRATION")

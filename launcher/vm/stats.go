@@ -49,7 +49,10 @@ func (v *VM) Stats(ctx context.Context) (*launcherapi.StatsResponse, error) {
 	if err != nil {
 		return nil, fmt.Errorf("block stats: %w", err)
 	}
-	out.Block = blockStats(bs, spec.GetDisks())
+	v.mu.Lock()
+	hotplugged := v.hotplugNodes
+	v.mu.Unlock()
+	out.Block = blockStats(bs, spec.GetDisks(), hotplugged)
 	out.DirtyRate = dirtyRate(ctx, mon, out.Migration != nil)
 	return out, nil
 }
@@ -120,21 +123,26 @@ func deref(p *uint64) uint64 {
 	return *p
 }
 
-// blockStats maps QEMU's format nodes back to the spec's disk names.
-func blockStats(bs []qmp.BlockStats, disks []*launcherapi.Disk) []*launcherapi.BlockStats {
+// blockStats maps QEMU's format nodes back to the disk names: the spec's, and those of the
+// hotplugged disks (by format node).
+func blockStats(bs []qmp.BlockStats, disks []*launcherapi.Disk, hotplugged map[string]string) []*launcherapi.BlockStats {
 	var out []*launcherapi.BlockStats
 	for _, b := range bs {
-		idx, ok := strings.CutPrefix(b.NodeName, "fmt-")
+		name, ok := hotplugged[b.NodeName]
 		if !ok {
-			continue
-		}
-		i, err := strconv.Atoi(idx)
-		if err != nil || i < 0 || i >= len(disks) || b.NodeName != qemuargs.FormatNode(i) {
-			continue
+			idx, ok := strings.CutPrefix(b.NodeName, "fmt-")
+			if !ok {
+				continue
+			}
+			i, err := strconv.Atoi(idx)
+			if err != nil || i < 0 || i >= len(disks) || b.NodeName != qemuargs.FormatNode(i) {
+				continue
+			}
+			name = disks[i].Name
 		}
 		s := b.Stats
 		out = append(out, &launcherapi.BlockStats{
-			Drive:       disks[i].Name,
+			Drive:       name,
 			ReadBytes:   uint64(s.RdBytes),
 			WriteBytes:  uint64(s.WrBytes),
 			ReadOps:     uint64(s.RdOperations),

@@ -39,6 +39,9 @@ type Config struct {
 	Taps map[string]*os.File
 	// QuitTimeout bounds how long `quit` may take before QEMU is killed (default 5s).
 	QuitTimeout time.Duration
+	// DetachTimeout bounds the wait for the guest to release a hotplugged disk being
+	// detached (default 60s).
+	DetachTimeout time.Duration
 	// SerialLogMax caps each of the serial console's two log files (default SerialLogMax).
 	SerialLogMax int64
 	// Sandbox shows whether QEMU can run under its seccomp filter (ProbeSandbox of QEMUBinary,
@@ -78,6 +81,14 @@ type VM struct {
 	timings      []PhaseTiming
 	// serialLog copies the serial console's log out of QEMU; nil without a serial console.
 	serialLog *serialLogPipe
+	// hp is the disks attached while the VM runs; hotplugNodes maps their format nodes to
+	// their names, for the block statistics.
+	hp           hotplugState
+	hotplugNodes map[string]string
+	// dumping is set while QEMU dumps the guest's memory (status.MemoryDump is active);
+	// dumpSeq numbers the dumps.
+	dumping bool
+	dumpSeq int
 }
 
 // stopIntent records who asked QEMU to stop, so the exit can be reported with the right reason.
@@ -98,6 +109,9 @@ func New(cfg Config) *VM {
 	}
 	if cfg.QuitTimeout == 0 {
 		cfg.QuitTimeout = 5 * time.Second
+	}
+	if cfg.DetachTimeout == 0 {
+		cfg.DetachTimeout = defaultDetachTimeout
 	}
 	if cfg.Log.GetSink() == nil {
 		cfg.Log = logr.Discard()
