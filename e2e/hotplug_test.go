@@ -117,7 +117,7 @@ func TestHotpluggedDisksAppearAndLeaveTheRunningGuest(t *testing.T) {
 			t.Fatalf("virtctl addvolume %v: exit %d: %s %s", s.args, code, out, errOut)
 		}
 		waitGuestBlock(t, ws, s.want, 3*time.Minute)
-		t.Logf("hotplug %v: %v from the request to the disk in the guest's /sys/block", s.args, time.Since(begin).Round(100*time.Millisecond))
+		t.Logf("hotplug %v: %v from the request to the disk in the guest's /sys/block; %s", s.args, time.Since(begin).Round(100*time.Millisecond), attachSteps(t, c, name, begin))
 	}
 
 	vmi := &v1.VirtualMachineInstance{}
@@ -282,4 +282,25 @@ func guestUptime(t *testing.T, ws *websocket.Conn) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// attachSteps says when the newest attachment pod of the VM passed each of its conditions,
+// relative to begin (the pod's times are whole seconds).
+func attachSteps(t *testing.T, c *localcluster.Cluster, vmName string, begin time.Time) string {
+	vmi := getVMI(t, c, vmName)
+	pods, err := c.Kube.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io=hotplug-disk,kubevirt.io/created-by=" + string(vmi.UID)})
+	if err != nil || len(pods.Items) == 0 {
+		return "no attachment pod"
+	}
+	newest := &pods.Items[0]
+	for i := range pods.Items {
+		if newest.CreationTimestamp.Before(&pods.Items[i].CreationTimestamp) {
+			newest = &pods.Items[i]
+		}
+	}
+	steps := []string{fmt.Sprintf("attachment pod created +%ds", int(newest.CreationTimestamp.Sub(begin).Seconds()))}
+	for _, cond := range newest.Status.Conditions {
+		steps = append(steps, fmt.Sprintf("%s +%ds", cond.Type, int(cond.LastTransitionTime.Sub(begin).Seconds())))
+	}
+	return strings.Join(steps, ", ")
 }

@@ -50,6 +50,7 @@ func (h *Handler) syncHotplug(ctx context.Context, vmi *v1.VirtualMachineInstanc
 	}
 	log := ctrl.LoggerFrom(ctx)
 	var disks []*launcherapi.Disk
+	var handErr error
 	changed := false
 	want := map[string]bool{}
 	for i := range vmi.Spec.Volumes {
@@ -70,7 +71,8 @@ func (h *Handler) syncHotplug(ctx context.Context, vmi *v1.VirtualMachineInstanc
 				req = hotplugvol.Request{File: claimImage, CreateBytes: launcherspec.ImageBytes(vs.PersistentVolumeClaimInfo)}
 			}
 			if err := h.handOver(ctx, lc, uid, fdName, req); err != nil {
-				log.Error(err, "handing a hotplugged volume to the launcher", "volume", vol.Name)
+				// Retried soon: the attachment pod may be a moment from serving.
+				handErr = fmt.Errorf("handing volume %s to the launcher: %w", vol.Name, err)
 				continue
 			}
 			changed = true
@@ -96,7 +98,11 @@ func (h *Handler) syncHotplug(ctx context.Context, vmi *v1.VirtualMachineInstanc
 		log.Info("hotplugged disks", "attached", len(next.GetHotpluggedDisks()))
 		ls = next
 	}
-	return h.startMemoryDump(ctx, vmi, lc, ls)
+	ls, err := h.startMemoryDump(ctx, vmi, lc, ls)
+	if err == nil {
+		err = handErr
+	}
+	return ls, err
 }
 
 // startMemoryDump starts writing the guest's memory into a memoryDump volume that is attached and

@@ -25,7 +25,7 @@ const (
 	// resync re-checks running VMs even without events, as a backstop.
 	resync = 30 * time.Second
 	// retryHotplug paces retries of a hotplug round that failed.
-	retryHotplug = 3 * time.Second
+	retryHotplug = time.Second
 	// defaultGrace is KubeVirt's terminationGracePeriodSeconds when unset.
 	defaultGrace = 30 * time.Second
 )
