@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,14 +17,6 @@ import (
 // memorydump and removememorydump record the request in the VM's status.memoryDumpRequest, as
 // KubeVirt does; the VM controller hotplugs the claim as a memoryDump volume, has the dump
 // written and reports the phases there.
-
-const (
-	// memoryDumpOverhead is what a dump needs beyond the guest's memory (KubeVirt's figure).
-	memoryDumpOverhead = 100 << 20
-	// defaultFSOverhead is the share of a filesystem claim the filesystem takes: KubeVirt's
-	// default when CDI, which would say otherwise, is absent (it always is here).
-	defaultFSOverhead = 0.055
-)
 
 func (s *Server) memoryDump(w http.ResponseWriter, r *http.Request) {
 	var o v1.VirtualMachineMemoryDumpRequest
@@ -134,7 +125,7 @@ func (s *Server) checkMemoryDumpClaim(ctx context.Context, vmi *v1.VirtualMachin
 			return refuse("pvc access mode can't be read only")
 		}
 	}
-	need, err := memoryDumpClaimSize(vmi)
+	need, err := v1.MemoryDumpClaimSize(vmi)
 	if err != nil {
 		return err
 	}
@@ -146,25 +137,3 @@ func (s *Server) checkMemoryDumpClaim(ctx context.Context, vmi *v1.VirtualMachin
 	return nil
 }
 
-// memoryDumpClaimSize is the smallest claim a dump of the guest fits in, by KubeVirt's rule:
-// the guest memory plus 100 MiB, plus 5.5% for the filesystem, rounded up to whole MiB. The
-// guest memory is memory.guest (else the memory request, else the limit): KubeVirt reads the
-// request, which is smaller than what is dumped when memory is overcommitted.
-func memoryDumpClaimSize(vmi *v1.VirtualMachineInstance) (resource.Quantity, error) {
-	d := vmi.Spec.Domain
-	var guest resource.Quantity
-	switch {
-	case d.Memory != nil && d.Memory.Guest != nil && d.Memory.Guest.Sign() > 0:
-		guest = *d.Memory.Guest
-	case d.Resources.Requests.Memory().Sign() > 0:
-		guest = *d.Resources.Requests.Memory()
-	case d.Resources.Limits.Memory().Sign() > 0:
-		guest = *d.Resources.Limits.Memory()
-	default:
-		return resource.Quantity{}, fmt.Errorf("VMI %s/%s has no guest memory size", vmi.Namespace, vmi.Name)
-	}
-	const mi = 1 << 20
-	total := (1 + defaultFSOverhead) * float64(guest.Value()+memoryDumpOverhead)
-	total = math.Max(math.Ceil(total/mi), 1) * mi
-	return *resource.NewQuantity(int64(total), guest.Format), nil
-}

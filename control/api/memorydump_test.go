@@ -123,12 +123,12 @@ func TestMemoryDumpClaimSize(t *testing.T) {
 		if tc.request != "" {
 			v.Spec.Domain.Resources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(tc.request)}
 		}
-		got, err := memoryDumpClaimSize(v)
+		got, err := v1.MemoryDumpClaimSize(v)
 		if err != nil || got.String() != tc.want {
 			t.Errorf("guest %q request %q: %s %v, want %s", tc.guest, tc.request, got.String(), err, tc.want)
 		}
 	}
-	if _, err := memoryDumpClaimSize(vmi("x", v1.Running)); err == nil {
+	if _, err := v1.MemoryDumpClaimSize(vmi("x", v1.Running)); err == nil {
 		t.Error("a VMI without memory has a dump size")
 	}
 }

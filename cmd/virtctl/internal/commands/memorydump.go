@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
@@ -148,7 +146,7 @@ func (f *memoryDumpFlags) createPVC(cmd *cobra.Command, c *kvclient.Client, ns, 
 	if err != nil {
 		return err
 	}
-	size, err := memoryDumpClaimSize(vmi)
+	size, err := v1.MemoryDumpClaimSize(vmi)
 	if err != nil {
 		return err
 	}
@@ -186,24 +184,3 @@ func noClaim(ctx context.Context, c *kvclient.Client, ns, name string) error {
 	return err
 }
 
-// memoryDumpClaimSize is virt-api's rule for the claim a dump fits in (control/api's
-// memoryDumpClaimSize, which refuses smaller claims): the guest memory plus 100 MiB, plus 5.5%
-// for the filesystem, rounded up to whole MiB.
-func memoryDumpClaimSize(vmi *v1.VirtualMachineInstance) (resource.Quantity, error) {
-	d := vmi.Spec.Domain
-	var guest resource.Quantity
-	switch {
-	case d.Memory != nil && d.Memory.Guest != nil && d.Memory.Guest.Sign() > 0:
-		guest = *d.Memory.Guest
-	case d.Resources.Requests.Memory().Sign() > 0:
-		guest = *d.Resources.Requests.Memory()
-	case d.Resources.Limits.Memory().Sign() > 0:
-		guest = *d.Resources.Limits.Memory()
-	default:
-		return resource.Quantity{}, fmt.Errorf("VMI %s/%s has no guest memory size", vmi.Namespace, vmi.Name)
-	}
-	const mi = 1 << 20
-	total := 1.055 * float64(guest.Value()+100*mi)
-	total = math.Max(math.Ceil(total/mi), 1) * mi
-	return *resource.NewQuantity(int64(total), guest.Format), nil
-}
