@@ -81,14 +81,9 @@ func ValidateHotplugDisks(spec *launcherapi.VMSpec, disks []*launcherapi.Disk, p
 	for i, d := range disks {
 		var errs field.ErrorList
 		dp := p.Index(i)
-		switch {
-		case d.Name == "":
-			errs = append(errs, field.Required(dp.Child("name"), "a disk needs a name"))
-		case !nameRE.MatchString(d.Name):
-			errs = append(errs, field.Invalid(dp.Child("name"), d.Name, "must start with a letter and use only letters, digits, '-', '.', '_' (at most 63)"))
-		case names[d.Name]:
-			errs = append(errs, field.Duplicate(dp.Child("name"), d.Name))
-		case cold[d.Name]:
+		if err := diskNameError(d.Name, names, dp.Child("name")); err != nil {
+			errs = append(errs, err)
+		} else if cold[d.Name] {
 			errs = append(errs, field.Invalid(dp.Child("name"), d.Name, "the VM started with a disk of this name"))
 		}
 		names[d.Name] = true

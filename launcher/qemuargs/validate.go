@@ -83,19 +83,27 @@ func validateCPU(cpu *launcherapi.CPU, p *field.Path) field.ErrorList {
 	return errs
 }
 
+// diskNameError is what is wrong with a disk's name, given the names before it; nil if nothing.
+func diskNameError(name string, names map[string]bool, p *field.Path) *field.Error {
+	switch {
+	case name == "":
+		return field.Required(p, "a disk needs a name")
+	case !nameRE.MatchString(name):
+		return field.Invalid(p, name, "must start with a letter and use only letters, digits, '-', '.', '_' (at most 63)")
+	case names[name]:
+		return field.Duplicate(p, name)
+	}
+	return nil
+}
+
 func validateDisks(disks []*launcherapi.Disk, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	names := map[string]bool{}
 	sata := 0
 	for i, d := range disks {
 		dp := p.Index(i)
-		switch {
-		case d.Name == "":
-			errs = append(errs, field.Required(dp.Child("name"), "a disk needs a name"))
-		case !nameRE.MatchString(d.Name):
-			errs = append(errs, field.Invalid(dp.Child("name"), d.Name, "must start with a letter and use only letters, digits, '-', '.', '_' (at most 63)"))
-		case names[d.Name]:
-			errs = append(errs, field.Duplicate(dp.Child("name"), d.Name))
+		if err := diskNameError(d.Name, names, dp.Child("name")); err != nil {
+			errs = append(errs, err)
 		}
 		names[d.Name] = true
 		switch d.Bus {
