@@ -136,4 +136,3 @@ func (s *Server) checkMemoryDumpClaim(ctx context.Context, vmi *v1.VirtualMachin
 	}
 	return nil
 }
-

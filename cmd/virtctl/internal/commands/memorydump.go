@@ -183,4 +183,3 @@ func noClaim(ctx context.Context, c *kvclient.Client, ns, name string) error {
 	}
 	return err
 }
-
