@@ -1,0 +1,138 @@
+package certs
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+var serials int64
+
+func mint(t *testing.T, name string, from time.Time, life time.Duration, parent *testCA) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serials++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serials), Subject: pkix.Name{CommonName: name},
+		NotBefore: from, NotAfter: from.Add(life), BasicConstraintsValid: true, IsCA: parent == nil,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	signer, signKey := tmpl, key
+	if parent != nil {
+		signer, signKey = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, key.Public(), signKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key}
+}
+
+const prop = 2 * time.Minute
+
+func defaults(t *testing.T) Config {
+	c, errs := ConfigFrom(noStrategy)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return c
+}
+
+func TestInstallMakesACAThenSignsEveryLeafAtOnce(t *testing.T) {
+	c := defaults(t)
+	leaves := []Leaf{{Name: "kubevirt-virt-api-certs"}, {Name: "kubevirt-virt-handler-certs"}}
+	if p := Decide(c, State{Leaves: leaves}, prop, t0); !p.NewCA || len(p.Issue) != 0 {
+		t.Fatalf("nothing stored: %+v, want a new CA first", p)
+	}
+	ca := mint(t, "ca", t0, c.CADuration, nil)
+	p := Decide(c, State{CAs: []CA{{Cert: ca.cert, Added: t0}}, Leaves: leaves}, prop, t0)
+	if p.NewCA || p.Signer != ca.cert || !slices.Equal(p.Issue, []string{"kubevirt-virt-api-certs", "kubevirt-virt-handler-certs"}) {
+		t.Fatalf("a fresh CA and no leaves: %+v, want every leaf signed now", p)
+	}
+}
+
+func TestServerCertificatesAreRenewedBeforeTheyExpire(t *testing.T) {
+	c := defaults(t)
+	ca := mint(t, "ca", t0, c.CADuration, nil)
+	leaf := mint(t, "api", t0, c.ServerDuration, ca)
+	st := State{CAs: []CA{{Cert: ca.cert, Added: t0}}, Leaves: []Leaf{{Name: "api", Cert: leaf.cert}}}
+	renewAt := t0.Add(c.ServerDuration - c.ServerRenewBefore)
+	if p := Decide(c, st, prop, renewAt.Add(-time.Second)); !p.Empty() || !p.Next.Equal(renewAt) {
+		t.Errorf("before the renewal: %+v, want nothing until %v", p, renewAt)
+	}
+	if p := Decide(c, st, prop, renewAt); !slices.Equal(p.Issue, []string{"api"}) || p.Signer != ca.cert {
+		t.Errorf("at the renewal: %+v, want api re-signed", p)
+	}
+}
+
+// TestCARotationKeepsBothCAsUntilTheServersMoved walks a whole CA rotation: at no step is a
+// leaf in use whose CA has left the bundle, and no leaf is signed by a CA clients may not have.
+func TestCARotationKeepsBothCAsUntilTheServersMoved(t *testing.T) {
+	c := Config{CADuration: 10 * time.Hour, CARenewBefore: 3 * time.Hour, ServerDuration: 2 * time.Hour, ServerRenewBefore: 30 * time.Minute}
+	old := mint(t, "old", t0, c.CADuration, nil)
+	leaf := mint(t, "api", t0.Add(6*time.Hour), c.ServerDuration, old)
+	st := State{CAs: []CA{{Cert: old.cert, Added: t0}}, Leaves: []Leaf{{Name: "api", Cert: leaf.cert}}}
+
+	now := t0.Add(7 * time.Hour) // the old CA is due for renewal
+	p := Decide(c, st, prop, now)
+	if !p.NewCA || len(p.Issue) != 0 || len(p.Retire) != 0 {
+		t.Fatalf("CA due: %+v, want a new CA and nothing else", p)
+	}
+	fresh := mint(t, "new", now, c.CADuration, nil)
+	st.CAs = append(st.CAs, CA{Cert: fresh.cert, Added: now})
+
+	// Until clients can have the new bundle, the old CA still signs and nothing is retired.
+	p = Decide(c, st, prop, now.Add(prop/2))
+	if p.NewCA || p.Signer != old.cert || len(p.Issue) != 0 || len(p.Retire) != 0 || !p.Next.Equal(now.Add(prop)) {
+		t.Fatalf("new CA not yet propagated: %+v", p)
+	}
+	// Then the servers move to the new CA; the old one stays in the bundle.
+	now = now.Add(prop)
+	p = Decide(c, st, prop, now)
+	if p.Signer != fresh.cert || !slices.Equal(p.Issue, []string{"api"}) || len(p.Retire) != 0 {
+		t.Fatalf("new CA propagated: %+v, want api re-signed by it and the old CA kept", p)
+	}
+	moved := mint(t, "api", now, c.ServerDuration, fresh)
+	st.Leaves[0].Cert = moved.cert
+	// While servers may still show the old certificate, the old CA stays.
+	if p = Decide(c, st, prop, now.Add(prop/2)); len(p.Retire) != 0 || len(p.Issue) != 0 {
+		t.Fatalf("leaf just moved: %+v, want the old CA kept a while", p)
+	}
+	p = Decide(c, st, prop, now.Add(prop))
+	if len(p.Retire) != 1 || p.Retire[0] != old.cert || p.NewCA || len(p.Issue) != 0 {
+		t.Fatalf("leaf moved and loaded: %+v, want the old CA retired", p)
+	}
+}
+
+func TestExpiredOrForeignCertificatesAreReplaced(t *testing.T) {
+	c := defaults(t)
+	ca := mint(t, "ca", t0, c.CADuration, nil)
+	stranger := mint(t, "other", t0, c.CADuration, nil)
+	foreign := mint(t, "api", t0, c.ServerDuration, stranger)
+	p := Decide(c, State{CAs: []CA{{Cert: ca.cert, Added: t0}}, Leaves: []Leaf{{Name: "api", Cert: foreign.cert}}}, prop, t0.Add(time.Hour))
+	if !slices.Equal(p.Issue, []string{"api"}) {
+		t.Errorf("leaf of a CA not in the bundle: %+v, want it re-signed", p)
+	}
+	p = Decide(c, State{CAs: []CA{{Cert: ca.cert, Added: t0}}}, prop, t0.Add(c.CADuration))
+	if !p.NewCA || len(p.Retire) != 1 {
+		t.Errorf("expired CA: %+v, want it retired and a new one", p)
+	}
+}
