@@ -66,6 +66,26 @@ type KeyPair struct {
 	CertPEM, KeyPEM []byte
 }
 
+// Backdate is how far before its issue a certificate becomes valid, for clocks a little behind.
+const Backdate = time.Minute
+
+// ParseKey reads a PEM private key as KeyPEM writes it.
+func ParseKey(b []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("no PEM private key")
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("private key of type %T cannot sign", key)
+	}
+	return signer, nil
+}
+
 // Sign issues a certificate for r.
 func (ca *CA) Sign(r Request) (KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -78,7 +98,7 @@ func (ca *CA) Sign(r Request) (KeyPair, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: r.CommonName, Organization: r.Organization},
-		NotBefore:    time.Now().Add(-time.Minute),
+		NotBefore:    time.Now().Add(-Backdate),
 		NotAfter:     time.Now().Add(r.Lifetime),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		DNSNames:     r.DNSNames,

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"slices"
 	"time"
+
+	"github.com/qvirt/qvirt/internal/pki"
 )
 
 // A CA rotation never leaves a client without the issuer of the certificate a server shows it:
@@ -108,7 +110,7 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 			plan.Next = earliest(plan.Next, renewAt)
 			if !signedBy(l.Cert, plan.Signer) {
 				settled = false
-			} else if loaded := l.Cert.NotBefore.Add(propagation); now.Before(loaded) {
+			} else if loaded := l.Cert.NotBefore.Add(pki.Backdate + propagation); now.Before(loaded) {
 				settled = false
 				plan.Next = earliest(plan.Next, loaded)
 			}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/qvirt/qvirt/internal/pki"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -110,7 +112,7 @@ func TestCARotationKeepsBothCAsUntilTheServersMoved(t *testing.T) {
 	if p.Signer != fresh.cert || !slices.Equal(p.Issue, []string{"api"}) || len(p.Retire) != 0 {
 		t.Fatalf("new CA propagated: %+v, want api re-signed by it and the old CA kept", p)
 	}
-	moved := mint(t, "api", now, c.ServerDuration, fresh)
+	moved := mint(t, "api", now.Add(-pki.Backdate), c.ServerDuration, fresh) // as pki signs
 	st.Leaves[0].Cert = moved.cert
 	// While servers may still show the old certificate, the old CA stays.
 	if p = Decide(c, st, prop, now.Add(prop/2)); len(p.Retire) != 0 || len(p.Issue) != 0 {
