@@ -255,11 +255,7 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 		if err != nil {
 			return err
 		}
-		changed := false
-		for i := range w.Webhooks {
-			changed = setBundle(&w.Webhooks[i].ClientConfig.CABundle, bundle) || changed
-		}
-		if changed {
+		if setBundles(bundle, len(w.Webhooks), func(i int) *[]byte { return &w.Webhooks[i].ClientConfig.CABundle }) {
 			if _, err := adm.ValidatingWebhookConfigurations().Update(ctx, w, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
@@ -270,11 +266,7 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 		if err != nil {
 			return err
 		}
-		changed := false
-		for i := range w.Webhooks {
-			changed = setBundle(&w.Webhooks[i].ClientConfig.CABundle, bundle) || changed
-		}
-		if changed {
+		if setBundles(bundle, len(w.Webhooks), func(i int) *[]byte { return &w.Webhooks[i].ClientConfig.CABundle }) {
 			if _, err := adm.MutatingWebhookConfigurations().Update(ctx, w, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
@@ -292,6 +284,15 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 		}
 	}
 	return nil
+}
+
+// setBundles sets the n caBundles at(i) gives; true if any changed.
+func setBundles(bundle []byte, n int, at func(int) *[]byte) bool {
+	changed := false
+	for i := range n {
+		changed = setBundle(at(i), bundle) || changed
+	}
+	return changed
 }
 
 func setBundle(dst *[]byte, bundle []byte) bool {
