@@ -14,9 +14,7 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	launcherapi "github.com/qvirt/qvirt/launcher/api"
-	"github.com/qvirt/qvirt/launcher/fdpass"
 	"github.com/qvirt/qvirt/launcher/hotplugvol"
-	"github.com/qvirt/qvirt/launcher/server"
 	"github.com/qvirt/qvirt/node/launcherspec"
 	"github.com/qvirt/qvirt/node/safepath"
 )
@@ -150,12 +148,7 @@ func (h *Handler) handOver(ctx context.Context, lc *launcherConn, uid types.UID,
 		return fmt.Errorf("attachment pod %s: %w", uid, err)
 	}
 	defer f.Close()
-	lconn, err := lc.dir.dial(dctx, server.FDSocketName)
-	if err != nil {
-		return fmt.Errorf("launcher fd socket: %w", err)
-	}
-	defer lconn.Close()
-	return fdpass.SendAll(lconn, map[string]*os.File{fdName: f})
+	return lc.sendTaps(map[string]*os.File{fdName: f})
 }
 
 // attachPod is the ready attachment pod of a volume, "" while there is none.

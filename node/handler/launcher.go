@@ -73,7 +73,7 @@ func peerPID(c *net.UnixConn) (int, error) {
 // netnsPath is the launcher's network namespace.
 func (l *launcherConn) netnsPath() string { return fmt.Sprintf("/proc/%d/ns/net", l.pid) }
 
-// sendTaps hands tap descriptors to the launcher before Sync.
+// sendTaps hands descriptors to the launcher: taps before Sync, hotplugged disks later.
 func (l *launcherConn) sendTaps(taps map[string]*os.File) error {
 	if len(taps) == 0 {
 		return nil
