@@ -121,23 +121,33 @@ func (r *Reconciler) syncAttachment(ctx context.Context, vmi *virtv1.VirtualMach
 	if v.MemoryDump != nil && vs.MemoryDumpVolume == nil {
 		vs.MemoryDumpVolume = &virtv1.DomainMemoryDumpInfo{ClaimName: v.MemoryDump.ClaimName}
 	}
-	claim := v.HotplugClaimName()
-	pvc := &corev1.PersistentVolumeClaim{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: claim}, pvc)
-	if apierrors.IsNotFound(err) {
-		if pod == nil && attachable(vs.Phase) {
-			vs.Phase, vs.Reason = virtv1.VolumePending, ReasonPVCNotReady
-			vs.Message = fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim)
+	// Once the attachment pod is on the node, the claim is bound and recorded: it is not read
+	// again on every round.
+	if pod == nil || pod.Spec.NodeName == "" || vs.PersistentVolumeClaimInfo == nil {
+		claim := v.HotplugClaimName()
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: claim}, pvc)
+		if apierrors.IsNotFound(err) {
+			if pod == nil && attachable(vs.Phase) {
+				vs.Phase, vs.Reason = virtv1.VolumePending, ReasonPVCNotReady
+				vs.Message = fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, claim)
+			}
+			return nil
 		}
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	vs.PersistentVolumeClaimInfo = claimInfo(pvc)
-	if pod == nil {
-		if pod, err = r.createAttachmentPod(ctx, vmi, v, pvc, node); err != nil {
+		if err != nil {
 			return err
+		}
+		vs.PersistentVolumeClaimInfo = claimInfo(pvc)
+		if pod == nil {
+			if pod, err = r.createAttachmentPod(ctx, vmi, v, pvc, node); err != nil {
+				return err
+			}
+		}
+		if pod.Spec.NodeName == "" && attachable(vs.Phase) {
+			vs.Phase = virtv1.VolumePending
+			if pvc.Status.Phase == corev1.ClaimBound {
+				vs.Phase = virtv1.VolumeBound
+			}
 		}
 	}
 	vs.HotplugVolume.AttachPodName = pod.Name
@@ -147,10 +157,6 @@ func (r *Reconciler) syncAttachment(ctx context.Context, vmi *virtv1.VirtualMach
 	}
 	if attachable(vs.Phase) {
 		if pod.Spec.NodeName == "" {
-			vs.Phase = virtv1.VolumePending
-			if pvc.Status.Phase == corev1.ClaimBound {
-				vs.Phase = virtv1.VolumeBound
-			}
 			vs.Reason, vs.Message = ReasonPVCNotReady, fmt.Sprintf("Waiting for attachment pod %s of volume %s to be scheduled", pod.Name, v.Name)
 			return nil
 		}
