@@ -39,10 +39,17 @@ func validateHotplugVolumes(path *field.Path, spec *v1.VirtualMachineInstanceSpe
 		vp := path.Child("volumes")
 		errs = append(errs, invalid(vp, dumps, "%s must have max one memory dump volume set", vp))
 	}
+	attached := false
 	for i, d := range spec.Domain.Devices.Disks {
 		if hot[d.Name] {
+			attached = true
 			errs = append(errs, validateHotplugDisk(path.Child("domain", "devices", "disks").Index(i), d)...)
 		}
+	}
+	if attached && spec.Domain.Devices.DisableHotplug {
+		// The VM then starts without the scsi controller and root ports a hotplugged disk needs.
+		dp := path.Child("domain", "devices", "disableHotplug")
+		errs = append(errs, invalid(dp, true, "%s is true: the VM has no room for hotplugged disks", dp))
 	}
 	return errs
 }

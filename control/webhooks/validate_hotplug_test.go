@@ -52,6 +52,10 @@ func TestHotplugVolumeRules(t *testing.T) {
 	runRuleCases(t, []ruleCase{
 		{"hotplugged disk on sata", nil, func(s *spec) { addDisk(s, disk("data", v1.DiskBusSATA), hotplugClaim("data")) },
 			"spec.domain.devices.disks[2].disk.bus", field.ErrorTypeInvalid, "Hotplug configuration for disk [data] requires bus to be 'scsi' or 'virtio'. [sata] is not permitted."},
+		{"hotplugged disk with hotplug disabled", nil, func(s *spec) {
+			s.Domain.Devices.DisableHotplug = true
+			addDisk(s, disk("data", v1.DiskBusSCSI), hotplugClaim("data"))
+		}, "spec.domain.devices.disableHotplug", field.ErrorTypeInvalid, "spec.domain.devices.disableHotplug is true: the VM has no room for hotplugged disks"},
 		{"hotplugged cdrom", nil, func(s *spec) {
 			addDisk(s, v1.Disk{Name: "data", DiskDevice: v1.DiskDevice{CDRom: &v1.CDRomTarget{Bus: v1.DiskBusSCSI, ReadOnly: ptr(true)}}}, hotplugClaim("data"))
 		}, "spec.domain.devices.disks[2]", field.ErrorTypeInvalid, "Hotplug configuration for [data] requires diskDevice of type 'disk' to be used."},
