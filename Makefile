@@ -9,7 +9,7 @@ export PATH := $(TOOLS):$(PATH)
 APT_PACKAGES := qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs protobuf-compiler socat openssh-client
 APT_CHECK := qemu-system-x86_64 qemu-img busybox cpio mkfs.ext4 protoc socat ssh scp
 
-COMMANDS := virt-launcher virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
+COMMANDS := virt-launcher virt-operator virt-api virt-controller virt-handler qvirt-image qvirt-local virtctl
 
 .PHONY: all deps apt cni tools monitoring-tools k8s nodes node-apt storage-tools build generate guest test test-unit bench run up down launcher-run clean vet fmt
 
@@ -138,6 +138,7 @@ generate: tools
 		--go-grpc_out=launcher/api --go-grpc_opt=paths=source_relative launcher/api/*.proto
 	$(GO) test -count=1 -run '^TestPrometheusRuleWrapsTheRules$$' ./deploy/monitoring/ -args -update
 	$(GO) test -count=1 -run '^TestMetricsDocMatchesTheCollectors$$' ./internal/metricsdoc/ -args -update
+	$(GO) test -count=1 -run '^TestOperatorManifestIsAssembled$$' ./deploy/ -args -update
 
 ## guest: build the tiny test guest (kernel, initramfs, ext4 qcow2) from Debian packages; the local
 ## cluster pushes it as the images localhost:5000/qvirt/tiny-kernel and localhost:5000/qvirt/tiny-disk.

@@ -44,7 +44,8 @@ func manifestFiles(t *testing.T) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		files = append(files, m...)
+		// operator.yaml repeats namespace.yaml, the CRDs and virt-operator.yaml (operator_test.go).
+		files = append(files, slices.DeleteFunc(m, func(f string) bool { return f == operatorManifest })...)
 	}
 	if len(files) == 0 {
 		t.Fatal("no manifests found")
@@ -590,6 +591,7 @@ func TestServerDryRun(t *testing.T) {
 
 	// Pods need their ServiceAccounts to exist.
 	must(nil, "apply", "--server-side", "-f", "rbac.yaml")
+	must(nil, "apply", "--server-side", "-f", "virt-operator.yaml")
 	wls := workloads(t, readObjects(t, files))
 	restricted := fmt.Sprintf(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%q,"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`, restrictedNamespace)
 	must([]byte(restricted), "apply", "--server-side", "-f", "-")

@@ -38,7 +38,7 @@ func localStack(t testing.TB) *localcluster.Cluster {
 	testenv.RequireQEMU(t)
 	testenv.RequireRoot(t)
 	root := testenv.RepoRoot(t)
-	for _, b := range []string{"virt-api", "virt-controller", "virt-handler", "virt-launcher", "qvirt-pause"} {
+	for _, b := range []string{"virt-operator", "virt-api", "virt-controller", "virt-handler", "virt-launcher", "qvirt-pause"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", b)); err != nil {
 			if os.Getenv("CI") != "" {
 				t.Fatalf("bin/%s missing: make test builds it", b)

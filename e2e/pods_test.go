@@ -90,11 +90,11 @@ func handlerMetrics(t testing.TB, c *localcluster.Cluster, node string) metricsE
 // nodeCA is the CA that signs node agents' serving certificates.
 func nodeCA(t testing.TB, c *localcluster.Cluster) []byte {
 	t.Helper()
-	s, err := c.Kube.CoreV1().Secrets("kubevirt").Get(context.Background(), "kubevirt-node-ca", metav1.GetOptions{})
+	s, err := c.Kube.CoreV1().ConfigMaps("kubevirt").Get(context.Background(), "kubevirt-node-ca", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.Data["tls.crt"]
+	return []byte(s.Data["ca-bundle"])
 }
 
 // handlerPod is the running virt-handler pod on node.

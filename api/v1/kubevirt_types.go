@@ -36,21 +36,17 @@ type KubeVirtList struct {
 	Items           []KubeVirt `json:"items"`
 }
 
-// KubeVirtSpec holds the installation settings and the configuration.
+// KubeVirtSpec holds the installation settings and the configuration. virt-operator installs
+// the components from imageRegistry and imageTag (default: its own image's), and uninstalls
+// them by uninstallStrategy.
 //
-// qvirt has no operator: what KubeVirt's operator does with these is refused, but for the
-// values KubeVirt's own CR manifest writes.
-//
-// +kubebuilder:validation:XValidation:rule="!has(self.imageTag)",fieldPath=".imageTag",message="qvirt does not support imageTag: it has no operator; its components run the images its manifests (deploy/) name"
-// +kubebuilder:validation:XValidation:rule="!has(self.imageRegistry)",fieldPath=".imageRegistry",message="qvirt does not support imageRegistry: it has no operator; its components run the images its manifests (deploy/) name"
-// +kubebuilder:validation:XValidation:rule="!has(self.imagePullPolicy) || self.imagePullPolicy == 'IfNotPresent'",fieldPath=".imagePullPolicy",message="qvirt does not support an imagePullPolicy other than IfNotPresent, KubeVirt's default: its components' pull policies are those of its manifests (deploy/)"
-// +kubebuilder:validation:XValidation:rule="!has(self.imagePullSecrets) || size(self.imagePullSecrets) == 0",fieldPath=".imagePullSecrets",message="qvirt does not support imagePullSecrets here: set them in its manifests (deploy/)"
-// +kubebuilder:validation:XValidation:rule="!has(self.uninstallStrategy)",fieldPath=".uninstallStrategy",message="qvirt does not support uninstallStrategy: it has no operator; deleting its manifests uninstalls it"
 type KubeVirtSpec struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`
 	// +optional
 	ImageTag string `json:"imageTag,omitempty"`
 	// +optional
 	ImageRegistry string `json:"imageRegistry,omitempty"`
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// +listType=atomic
@@ -58,6 +54,9 @@ type KubeVirtSpec struct {
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
 	// +optional
 	WorkloadUpdateStrategy KubeVirtWorkloadUpdateStrategy `json:"workloadUpdateStrategy,omitempty"`
+	// UninstallStrategy: BlockUninstallIfWorkloadsExist (the default) refuses deleting the CR
+	// while VMs or VMIs exist; RemoveWorkloads deletes them first.
+	// +kubebuilder:validation:Enum=RemoveWorkloads;BlockUninstallIfWorkloadsExist
 	// +optional
 	UninstallStrategy KubeVirtUninstallStrategy `json:"uninstallStrategy,omitempty"`
 	// +optional
@@ -73,7 +72,7 @@ type KubeVirtSpec struct {
 // KubeVirtWorkloadUpdateStrategy says how running VMIs are moved to new launchers
 // after an upgrade.
 //
-// +kubebuilder:validation:XValidation:rule="(!has(self.workloadUpdateMethods) || size(self.workloadUpdateMethods) == 0) && !has(self.batchEvictionSize) && !has(self.batchEvictionInterval)",message="qvirt does not support workload updates: it has no operator to move running VMs to new launchers"
+// +kubebuilder:validation:XValidation:rule="(!has(self.workloadUpdateMethods) || size(self.workloadUpdateMethods) == 0) && !has(self.batchEvictionSize) && !has(self.batchEvictionInterval)",message="qvirt does not support workload updates: running VMs keep the launcher they started with"
 type KubeVirtWorkloadUpdateStrategy struct {
 	// WorkloadUpdateMethods are LiveMigrate and/or Evict.
 	// +listType=atomic
@@ -94,8 +93,6 @@ const (
 )
 
 // KubeVirtCertificateRotateStrategy configures the internal certificates.
-//
-// +kubebuilder:validation:XValidation:rule="!has(self.selfSigned)",fieldPath=".selfSigned",message="qvirt does not support certificate rotation settings: its certificate lifetimes are fixed"
 type KubeVirtCertificateRotateStrategy struct {
 	// +optional
 	SelfSigned *KubeVirtSelfSignConfiguration `json:"selfSigned,omitempty"`
@@ -104,6 +101,8 @@ type KubeVirtCertificateRotateStrategy struct {
 // KubeVirtSelfSignConfiguration sets lifetimes of the self-signed CA and the
 // certificates it signs (defaults: CA 7 days, servers 24 h, renewed when 20% of
 // the lifetime is left).
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.ca) || !has(self.server) || !has(self.ca.duration) || !has(self.server.duration) || duration(self.server.duration) <= duration(self.ca.duration)",fieldPath=".server.duration",message="must not be longer than ca.duration: a server certificate would outlive the CA that signed it"
 type KubeVirtSelfSignConfiguration struct {
 	// Deprecated: use ca.duration.
 	// +optional
@@ -121,6 +120,9 @@ type KubeVirtSelfSignConfiguration struct {
 }
 
 // CertConfig is a certificate lifetime and how long before expiry to renew it.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.duration) || duration(self.duration) > duration('0s')",fieldPath=".duration",message="must be positive"
+// +kubebuilder:validation:XValidation:rule="!has(self.duration) || !has(self.renewBefore) || (duration(self.renewBefore) > duration('0s') && duration(self.renewBefore) < duration(self.duration))",fieldPath=".renewBefore",message="must be positive and shorter than duration"
 type CertConfig struct {
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
@@ -130,7 +132,7 @@ type CertConfig struct {
 
 // CustomizeComponents patches the installed components.
 //
-// +kubebuilder:validation:XValidation:rule="(!has(self.patches) || size(self.patches) == 0) && !has(self.flags)",message="qvirt does not support customizeComponents: change its manifests (deploy/) instead"
+// +kubebuilder:validation:XValidation:rule="(!has(self.patches) || size(self.patches) == 0) && !has(self.flags)",message="qvirt does not support customizeComponents: virt-operator installs the components as deploy/ declares them"
 type CustomizeComponents struct {
 	// +listType=atomic
 	// +optional

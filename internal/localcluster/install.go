@@ -1,23 +1,15 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/yaml"
-
-	"github.com/qvirt/qvirt/internal/pki"
-	"github.com/qvirt/qvirt/node/nodeapi"
 )
 
 // kubectl runs kubectl as admin against the cluster.
@@ -35,10 +27,9 @@ func (c *Cluster) apply(ctx context.Context, path string) error {
 	return err
 }
 
-// install gives the cluster its storage (deploy/storage/, not part of qvirt) and then follows
-// deploy/README.md: namespace and CRDs, RBAC, the certificates as Secrets, virt-api with its
-// webhooks and APIService (caBundle filled in), virt-controller, virt-handler, the KubeVirt CR; then
-// it waits until every component runs and each node is schedulable for VMs.
+// install gives the cluster its storage (deploy/storage/, not part of qvirt) and then installs
+// qvirt as deploy/README.md says: operator.yaml, then the KubeVirt CR; virt-operator does the
+// rest. It waits until the CR reports Available and each node is schedulable for VMs.
 func (c *Cluster) install(ctx context.Context) error {
 	deploy := filepath.Join(c.opts.Root, "deploy")
 	if err := c.apply(ctx, filepath.Join(deploy, "storage")); err != nil {
@@ -49,143 +40,27 @@ func (c *Cluster) install(ctx context.Context) error {
 		"pod-security.kubernetes.io/enforce=baseline", "pod-security.kubernetes.io/warn=restricted"); err != nil {
 		return err
 	}
-	for _, f := range []string{"namespace.yaml", "crds"} {
-		if err := c.apply(ctx, filepath.Join(deploy, f)); err != nil {
-			return err
-		}
+	if err := c.apply(ctx, filepath.Join(deploy, "operator.yaml")); err != nil {
+		return err
 	}
 	if _, err := c.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", filepath.Join(deploy, "crds")); err != nil {
 		return err
 	}
-	for _, f := range []string{"rbac.yaml", "node-restriction.yaml"} {
-		if err := c.apply(ctx, filepath.Join(deploy, f)); err != nil {
-			return err
-		}
-	}
-	if err := c.createCertificates(ctx); err != nil {
+	if _, err := c.kubectl(ctx, "apply", "-f", filepath.Join(deploy, "kubevirt-cr.yaml")); err != nil {
 		return err
-	}
-	if err := c.apply(ctx, filepath.Join(deploy, "virt-api.yaml")); err != nil {
-		return err
-	}
-	for _, f := range []string{"webhooks.yaml", "apiservice.yaml"} {
-		out, err := c.withCABundle(filepath.Join(deploy, f))
-		if err != nil {
-			return err
-		}
-		if err := c.apply(ctx, out); err != nil {
-			return err
-		}
-	}
-	for _, f := range []string{"virt-controller.yaml", "virt-handler.yaml", "kubevirt-cr.yaml"} {
-		if err := c.apply(ctx, filepath.Join(deploy, f)); err != nil {
-			return err
-		}
 	}
 	return c.waitInstalled(ctx)
 }
 
-// createCertificates issues qvirt's certificates from a CA of its own and stores them as the
-// Secrets and the ConfigMap that deploy/README.md lists.
-func (c *Cluster) createCertificates(ctx context.Context) error {
-	var err error
-	if c.CA, err = pki.NewCA("qvirt-ca", 7*24*time.Hour); err != nil {
-		return err
-	}
-	ca := c.CA.CertPEM()
-	apiServing, err := c.CA.Sign(pki.Request{CommonName: "virt-api", Server: true,
-		DNSNames: []string{"virt-api.kubevirt.svc", "virt-api.kubevirt.svc.cluster.local"}})
-	if err != nil {
-		return err
-	}
-	nodeClient, err := c.CA.Sign(pki.Request{CommonName: nodeapi.DefaultClientIdentity, Client: true})
-	if err != nil {
-		return err
-	}
-	// The node CA signs only node agents' serving certificates (virt-controller holds its key),
-	// so it is not the CA that signs the webhooks' and virt-api's certificates.
-	nodeCA, err := pki.NewCA("qvirt-node-ca", 7*24*time.Hour)
-	if err != nil {
-		return err
-	}
-	nodeCAKey, err := nodeCA.KeyPEM()
-	if err != nil {
-		return err
-	}
-	frontProxyCA, err := os.ReadFile(c.K8s.FrontProxyCA())
-	if err != nil {
-		return err
-	}
-	secrets := map[string]map[string][]byte{
-		"kubevirt-virt-api-certs":       {"tls.crt": apiServing.CertPEM, "tls.key": apiServing.KeyPEM},
-		"kubevirt-virt-api-node-client": {"tls.crt": nodeClient.CertPEM, "tls.key": nodeClient.KeyPEM, "ca.crt": nodeCA.CertPEM()},
-		"kubevirt-virt-handler-certs":   {"ca.crt": ca, "node-ca.crt": nodeCA.CertPEM()},
-		"kubevirt-node-ca":              {"tls.crt": nodeCA.CertPEM(), "tls.key": nodeCAKey},
-	}
-	for name, data := range secrets {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace}, Type: corev1.SecretTypeOpaque, Data: data}
-		if _, err := c.Kube.CoreV1().Secrets(Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("secret %s: %w", name, err)
-		}
-	}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "virt-api-requestheader-ca", Namespace: Namespace},
-		Data: map[string]string{"ca.crt": string(frontProxyCA)}}
-	if _, err := c.Kube.CoreV1().ConfigMaps(Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("configmap %s: %w", cm.Name, err)
-	}
-	return nil
-}
-
-// withCABundle writes a copy of a deploy/ manifest with every caBundle (webhooks' clientConfig,
-// an APIService's spec) set to qvirt's CA, and returns its path.
-func (c *Cluster) withCABundle(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	bundle := base64.StdEncoding.EncodeToString(c.CA.CertPEM())
-	var out [][]byte
-	for _, d := range bytes.Split(b, []byte("\n---")) {
-		if len(bytes.TrimSpace(d)) == 0 {
-			continue
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(d, &obj); err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
-		if obj == nil {
-			continue
-		}
-		if hooks, ok := obj["webhooks"].([]any); ok {
-			for _, h := range hooks {
-				if cc, ok := h.(map[string]any)["clientConfig"].(map[string]any); ok {
-					cc["caBundle"] = bundle
-				}
-			}
-		}
-		if spec, ok := obj["spec"].(map[string]any); ok && obj["kind"] == "APIService" {
-			spec["caBundle"] = bundle
-		}
-		y, err := yaml.Marshal(obj)
-		if err != nil {
-			return "", err
-		}
-		out = append(out, y)
-	}
-	dst := filepath.Join(c.opts.Dir, "pki", filepath.Base(path))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return "", err
-	}
-	return dst, os.WriteFile(dst, bytes.Join(out, []byte("\n---\n")), 0o644)
-}
-
-// waitInstalled waits for the storage provisioner, virt-api and virt-controller to be available,
-// virt-handler to run on every node, the subresource API to be served, and every node to be
+// waitInstalled waits for the storage provisioner and virt-operator to be available, the
+// KubeVirt CR to report Available, the subresource API to be served, and every node to be
 // schedulable for VMs.
 func (c *Cluster) waitInstalled(ctx context.Context) error {
-	c.progress("waiting for the storage provisioner and the virt-api, virt-controller and virt-handler pods")
+	c.progress("waiting for the storage provisioner, virt-operator and the components it installs")
 	steps := []struct{ what, args string }{
 		{"local-path-provisioner", "rollout status -n local-path-storage deployment/local-path-provisioner --timeout=5m"},
+		{"virt-operator", "rollout status -n kubevirt deployment/virt-operator --timeout=5m"},
+		{"the KubeVirt CR", "wait -n kubevirt kv/kubevirt --for=condition=Available --timeout=10m"},
 		{"virt-api", "rollout status -n kubevirt deployment/virt-api --timeout=5m"},
 		{"virt-controller", "rollout status -n kubevirt deployment/virt-controller --timeout=5m"},
 		{"virt-handler", "rollout status -n kubevirt daemonset/virt-handler --timeout=5m"},

@@ -88,8 +88,6 @@ type Cluster struct {
 	Nodes   *nodes.Cluster
 	// Registry is what every node pulls from; Private asks for PrivateUser's credentials.
 	Registry, Private *registry.Registry
-	// CA issued qvirt's own certificates (virt-api, the node API).
-	CA *pki.CA
 }
 
 // Kubeconfig is the admin kubeconfig (Dir/kubeconfig).
@@ -215,7 +213,7 @@ func (c *Cluster) up(ctx context.Context) error {
 
 func (c *Cluster) checkInputs() error {
 	o := c.opts
-	for _, b := range []string{"virt-api", "virt-controller", "virt-handler", "virt-launcher", "qvirt-pause"} {
+	for _, b := range []string{"virt-operator", "virt-api", "virt-controller", "virt-handler", "virt-launcher", "qvirt-pause"} {
 		if _, err := os.Stat(filepath.Join(o.BinDir, b)); err != nil {
 			return fmt.Errorf("%s not built (run `make build`): %w", b, err)
 		}

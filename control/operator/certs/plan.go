@@ -32,6 +32,10 @@ type Leaf struct {
 type State struct {
 	CAs    []CA
 	Leaves []Leaf
+	// OutsideLifetime, when positive, says the CA also signs certificates the rotator does not
+	// see (another component signs with its key), each living at most this long: an older CA
+	// stays in the bundle until all it can have signed has expired.
+	OutsideLifetime time.Duration
 }
 
 // Plan is what to do now; an empty Plan means nothing is due.
@@ -76,14 +80,15 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 	plan.Next = caRenewAt
 
 	// The signer is the newest CA every client trusts by now; at installation, when no leaf
-	// exists and so nobody relies on any CA yet, the only CA signs at once.
+	// exists and so nobody relies on any CA yet, the newest signs at once.
 	signer := -1
 	for i := range live {
 		if !now.Before(live[i].Added.Add(propagation)) {
 			signer = i
 		}
 	}
-	if signer < 0 && !anyLeaf(st.Leaves) {
+	// A lone CA signs at once: there is no other a client could be relying on.
+	if signer < 0 && (len(live) == 1 || st.OutsideLifetime <= 0 && !anyLeaf(st.Leaves)) {
 		signer = len(live) - 1
 	}
 	if signer < len(live)-1 {
@@ -114,6 +119,13 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 				settled = false
 				plan.Next = earliest(plan.Next, loaded)
 			}
+		}
+	}
+	if st.OutsideLifetime > 0 && signer > 0 {
+		// Older CAs signed until this one became the signer.
+		if gone := live[signer].Added.Add(propagation + st.OutsideLifetime + pki.Backdate); now.Before(gone) {
+			settled = false
+			plan.Next = earliest(plan.Next, gone)
 		}
 	}
 	if settled {

@@ -138,3 +138,38 @@ func TestExpiredOrForeignCertificatesAreReplaced(t *testing.T) {
 		t.Errorf("expired CA: %+v, want it retired and a new one", p)
 	}
 }
+
+func TestACAWhoseCertificatesAnotherSignerIssuesStaysUntilTheyExpire(t *testing.T) {
+	c := Config{CADuration: 10 * time.Hour, CARenewBefore: 3 * time.Hour, ServerDuration: 2 * time.Hour, ServerRenewBefore: 30 * time.Minute}
+	old := mint(t, "old", t0, c.CADuration, nil)
+	st := State{CAs: []CA{{Cert: old.cert, Added: t0}}, OutsideLifetime: c.ServerDuration}
+	if p := Decide(c, st, prop, t0.Add(time.Minute)); p.Signer != old.cert || !p.Empty() {
+		t.Fatalf("one CA: %+v, want it to sign at once", p)
+	}
+	now := t0.Add(7 * time.Hour)
+	fresh := mint(t, "new", now, c.CADuration, nil)
+	st.CAs = append(st.CAs, CA{Cert: fresh.cert, Added: now})
+	// With no leaf of its own to watch, the new CA still waits for the bundle to propagate.
+	if p := Decide(c, st, prop, now.Add(prop/2)); p.Signer != old.cert || !p.Empty() {
+		t.Fatalf("new CA not yet propagated: %+v, want the old one still signing", p)
+	}
+	p := Decide(c, st, prop, now.Add(prop))
+	gone := now.Add(prop + c.ServerDuration + pki.Backdate)
+	if p.Signer != fresh.cert || len(p.Retire) != 0 || !p.Next.Equal(gone) {
+		t.Fatalf("new CA propagated: %+v, want it signing, the old one kept until %s", p, gone)
+	}
+	if p := Decide(c, st, prop, gone); len(p.Retire) != 1 || p.Retire[0] != old.cert {
+		t.Fatalf("everything the old CA signed has expired: %+v, want it retired", p)
+	}
+}
+
+func TestALeafLostRightAfterInstallationIsReissuedAtOnce(t *testing.T) {
+	c := defaults(t)
+	ca := mint(t, "ca", t0, c.CADuration, nil)
+	kept := mint(t, "api", t0, c.ServerDuration, ca)
+	st := State{CAs: []CA{{Cert: ca.cert, Added: t0}}, Leaves: []Leaf{{Name: "api", Cert: kept.cert}, {Name: "client"}}}
+	p := Decide(c, st, prop, t0.Add(prop/4))
+	if p.Signer != ca.cert || !slices.Equal(p.Issue, []string{"client"}) {
+		t.Fatalf("one CA, one leaf deleted: %+v, want it reissued by the only CA now", p)
+	}
+}

@@ -39,20 +39,55 @@ type LeafSpec struct {
 // Rotator keeps the CA, the bundle and the leaves of one namespace as Decide says, and puts the
 // bundle into the webhook configurations and APIServices that name the components' Services.
 type Rotator struct {
-	Kube        kubernetes.Interface
-	Aggregator  aggregator.Interface
-	Namespace   string
-	Config      Config
-	Propagation time.Duration
-	Leaves      []LeafSpec
+	// CASecret and BundleConfigMap name where the CA and its bundle are kept (default
+	// KubeVirt's: CASecretName, BundleConfigMap).
+	CASecret, BundleConfigMap string
+	// Labels go on every Secret and ConfigMap the rotator creates.
+	Labels map[string]string
+	// OutsideLifetime: see State.
+	OutsideLifetime time.Duration
+	Kube            kubernetes.Interface
+	Aggregator      aggregator.Interface
+	Namespace       string
+	Config          Config
+	Propagation     time.Duration
+	Leaves          []LeafSpec
 	// Webhook configurations and APIServices whose caBundle is the bundle.
 	ValidatingWebhooks, MutatingWebhooks, APIServices []string
 }
 
-// stored is the CA Secret's content: every CA of the bundle with its key.
+// stored is the CA Secret's content: every CA of the bundle with its key, and which one is
+// tls.crt.
 type stored struct {
-	cas  []CA
-	keys map[string]crypto.Signer // by serial
+	cas    []CA
+	keys   map[string]crypto.Signer // by serial
+	signer []byte
+}
+
+func (r *Rotator) caSecret() string {
+	if r.CASecret == "" {
+		return CASecretName
+	}
+	return r.CASecret
+}
+
+func (r *Rotator) bundleConfigMap() string {
+	if r.BundleConfigMap == "" {
+		return BundleConfigMap
+	}
+	return r.BundleConfigMap
+}
+
+// Bundle is the CA bundle published now (PEM), empty before the first Sync.
+func (r *Rotator) Bundle(ctx context.Context) ([]byte, error) {
+	cm, err := r.Kube.CoreV1().ConfigMaps(r.Namespace).Get(ctx, r.bundleConfigMap(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []byte(cm.Data[BundleKey]), nil
 }
 
 // Sync carries out what is due and returns when the next step is due.
@@ -63,8 +98,13 @@ func (r *Rotator) Sync(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 		now := time.Now()
-		plan := Decide(r.Config, State{CAs: st.cas, Leaves: leaves}, r.Propagation, now)
+		plan := Decide(r.Config, State{CAs: st.cas, Leaves: leaves, OutsideLifetime: r.OutsideLifetime}, r.Propagation, now)
 		if plan.Empty() {
+			if plan.Signer != nil && !bytes.Equal(st.signer, certPEM(plan.Signer)) {
+				if err := r.save(ctx, st, plan.Signer); err != nil {
+					return time.Time{}, err
+				}
+			}
 			return plan.Next, r.publish(ctx, st)
 		}
 		if err := r.apply(ctx, st, plan, now); err != nil {
@@ -88,7 +128,7 @@ func (r *Rotator) apply(ctx context.Context, st *stored, plan Plan, now time.Tim
 		st.keys[serialOf(ca.Cert)] = ca.Key
 	}
 	// The bundle goes out before any certificate its new CA signs.
-	if err := r.save(ctx, st); err != nil {
+	if err := r.save(ctx, st, plan.Signer); err != nil {
 		return err
 	}
 	if err := r.publish(ctx, st); err != nil {
@@ -99,7 +139,7 @@ func (r *Rotator) apply(ctx context.Context, st *stored, plan Plan, now time.Tim
 	}
 	key := st.keys[serialOf(plan.Signer)]
 	if key == nil {
-		return fmt.Errorf("secret %s/%s has no key for CA %s", r.Namespace, CASecretName, serialOf(plan.Signer))
+		return fmt.Errorf("secret %s/%s has no key for CA %s", r.Namespace, r.caSecret(), serialOf(plan.Signer))
 	}
 	signer := &pki.CA{Cert: plan.Signer, Key: key}
 	for _, name := range plan.Issue {
@@ -132,12 +172,13 @@ func (r *Rotator) leaf(name string) (LeafSpec, bool) {
 // load reads the CA Secret and the leaves' Secrets; what is missing or unreadable is absent.
 func (r *Rotator) load(ctx context.Context) (*stored, []Leaf, error) {
 	st := &stored{keys: map[string]crypto.Signer{}}
-	sec, err := r.Kube.CoreV1().Secrets(r.Namespace).Get(ctx, CASecretName, metav1.GetOptions{})
+	sec, err := r.Kube.CoreV1().Secrets(r.Namespace).Get(ctx, r.caSecret(), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return nil, nil, err
 	default:
+		st.signer = sec.Data["tls.crt"]
 		for k, v := range sec.Data {
 			serial, ok := strings.CutSuffix(k, ".crt")
 			if !ok || k == "tls.crt" {
@@ -171,8 +212,9 @@ func (r *Rotator) load(ctx context.Context) (*stored, []Leaf, error) {
 	return st, leaves, nil
 }
 
-// save writes the CA Secret: each CA under its serial, the newest also as tls.crt and tls.key.
-func (r *Rotator) save(ctx context.Context, st *stored) error {
+// save writes the CA Secret: each CA under its serial, and the one to sign with (signer, else
+// the newest) also as tls.crt and tls.key, for a component that signs with it.
+func (r *Rotator) save(ctx context.Context, st *stored, signer *x509.Certificate) error {
 	data := map[string][]byte{}
 	ann := map[string]string{}
 	var newest *CA
@@ -188,17 +230,24 @@ func (r *Rotator) save(ctx context.Context, st *stored) error {
 		ann[addedAnnotation+serial] = ca.Added.UTC().Format(time.RFC3339)
 		if newest == nil || ca.Cert.NotBefore.After(newest.Cert.NotBefore) {
 			newest = ca
-			data["tls.crt"], data["tls.key"] = data[serial+".crt"], keyPEM
 		}
 	}
-	return r.writeSecret(ctx, CASecretName, data, ann)
+	if signer == nil && newest != nil {
+		signer = newest.Cert
+	}
+	if signer != nil {
+		serial := serialOf(signer)
+		data["tls.crt"], data["tls.key"] = data[serial+".crt"], data[serial+".key"]
+		st.signer = data["tls.crt"]
+	}
+	return r.writeSecret(ctx, r.caSecret(), data, ann)
 }
 
 func (r *Rotator) writeSecret(ctx context.Context, name string, data map[string][]byte, ann map[string]string) error {
 	secrets := r.Kube.CoreV1().Secrets(r.Namespace)
 	cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace, Annotations: ann}, Type: corev1.SecretTypeOpaque, Data: data}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: r.Namespace, Annotations: ann, Labels: r.Labels}, Type: corev1.SecretTypeOpaque, Data: data}
 		_, err = secrets.Create(ctx, s, metav1.CreateOptions{})
 		return err
 	}
@@ -231,10 +280,10 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 		return nil
 	}
 	cms := r.Kube.CoreV1().ConfigMaps(r.Namespace)
-	cm, err := cms.Get(ctx, BundleConfigMap, metav1.GetOptions{})
+	cm, err := cms.Get(ctx, r.bundleConfigMap(), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: BundleConfigMap, Namespace: r.Namespace}, Data: map[string]string{BundleKey: string(bundle)}}
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: r.bundleConfigMap(), Namespace: r.Namespace, Labels: r.Labels}, Data: map[string]string{BundleKey: string(bundle)}}
 		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -252,6 +301,9 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 	adm := r.Kube.AdmissionregistrationV1()
 	for _, name := range r.ValidatingWebhooks {
 		w, err := adm.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // created with the bundle in place
+		}
 		if err != nil {
 			return err
 		}
@@ -263,6 +315,9 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 	}
 	for _, name := range r.MutatingWebhooks {
 		w, err := adm.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -274,6 +329,9 @@ func (r *Rotator) publish(ctx context.Context, st *stored) error {
 	}
 	for _, name := range r.APIServices {
 		svc, err := r.Aggregator.ApiregistrationV1().APIServices().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
 		if err != nil {
 			return err
 		}

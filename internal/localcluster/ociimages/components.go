@@ -10,7 +10,7 @@ import (
 )
 
 // Components are the images of one binary each that Component builds.
-var Components = []string{"virt-api", "virt-controller", "virt-handler"}
+var Components = []string{"virt-operator", "virt-api", "virt-controller", "virt-handler"}
 
 // QEMUUID is the user and group QEMU runs as in KubeVirt's launcher, and who owns
 // containerDisk files.
