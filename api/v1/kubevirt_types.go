@@ -39,7 +39,6 @@ type KubeVirtList struct {
 // KubeVirtSpec holds the installation settings and the configuration. virt-operator installs
 // the components from imageRegistry and imageTag (default: its own image's), and uninstalls
 // them by uninstallStrategy.
-//
 type KubeVirtSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`
 	// +optional

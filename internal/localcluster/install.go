@@ -71,6 +71,12 @@ func (c *Cluster) waitInstalled(ctx context.Context) error {
 			return fmt.Errorf("%s not ready: %w (pods: %s)", s.what, err, c.podSummary(ctx))
 		}
 	}
+	return c.WaitSchedulable(ctx)
+}
+
+// WaitSchedulable waits for every node to be Ready and labelled schedulable for VMs by its
+// virt-handler.
+func (c *Cluster) WaitSchedulable(ctx context.Context) error {
 	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, name := range c.opts.Nodes {
 			n, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

@@ -131,6 +131,9 @@ func (c *Cluster) progress(format string, a ...any) {
 // NodesDir holds one directory per node (its logs, kubelet and containerd state).
 func (c *Cluster) NodesDir() string { return filepath.Join(c.opts.Dir, "nodes") }
 
+// Root is the repository the cluster was built from (deploy/, bin/).
+func (c *Cluster) Root() string { return c.opts.Root }
+
 // NodeNames are the nodes' names.
 func (c *Cluster) NodeNames() []string { return append([]string(nil), c.opts.Nodes...) }
 
@@ -249,7 +252,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 	var errs []error
 	if c.Nodes != nil && c.Kube != nil {
 		c.progress("deleting VMs and waiting for their pods to go")
-		if err := c.deleteVMs(ctx); err != nil {
+		if err := c.DeleteVMs(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

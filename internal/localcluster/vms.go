@@ -83,7 +83,8 @@ func orDash(s string) string {
 	return s
 }
 
-func (c *Cluster) deleteVMs(ctx context.Context) error {
+// DeleteVMs deletes every VM, VMI and migration and waits for their launcher pods to go.
+func (c *Cluster) DeleteVMs(ctx context.Context) error {
 	dyn, err := dynamic.NewForConfig(c.K8s.RESTConfig())
 	if err != nil {
 		return err

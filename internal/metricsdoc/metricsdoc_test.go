@@ -207,7 +207,7 @@ families for each filesystem on a block device the guest agent reports.
 - ` + "`kubevirt_vmi_guest_load_1m`, `_5m`, `_15m`" + `: they come from the agent's guest-get-load, which the guest agent of QEMU 7.2
   (Debian 12's, the one the test guest runs) does not have.
 - ` + "`kubevirt_vm_disk_allocated_size_bytes`" + `: virt-controller does not report claims' allocated sizes yet.
-- virt-operator's families: qvirt has no operator yet.
+- virt-operator's families (kubevirt_virt_operator_*): virt-operator serves controller-runtime's own metrics only.
 `)
 	return b.Bytes()
 }
