@@ -215,14 +215,22 @@ func TestOperatorPutsBackWhatIsDeletedOrChanged(t *testing.T) {
 		del  func() error
 	}{
 		{"deployment virt-api",
-			func() (metav1.Object, error) { return apps.Deployments("kubevirt").Get(ctx, "virt-api", metav1.GetOptions{}) },
+			func() (metav1.Object, error) {
+				return apps.Deployments("kubevirt").Get(ctx, "virt-api", metav1.GetOptions{})
+			},
 			func() error { return apps.Deployments("kubevirt").Delete(ctx, "virt-api", metav1.DeleteOptions{}) }},
 		{"daemonset virt-handler",
-			func() (metav1.Object, error) { return apps.DaemonSets("kubevirt").Get(ctx, "virt-handler", metav1.GetOptions{}) },
+			func() (metav1.Object, error) {
+				return apps.DaemonSets("kubevirt").Get(ctx, "virt-handler", metav1.GetOptions{})
+			},
 			func() error { return apps.DaemonSets("kubevirt").Delete(ctx, "virt-handler", metav1.DeleteOptions{}) }},
 		{"service virt-api",
-			func() (metav1.Object, error) { return kube.CoreV1().Services("kubevirt").Get(ctx, "virt-api", metav1.GetOptions{}) },
-			func() error { return kube.CoreV1().Services("kubevirt").Delete(ctx, "virt-api", metav1.DeleteOptions{}) }},
+			func() (metav1.Object, error) {
+				return kube.CoreV1().Services("kubevirt").Get(ctx, "virt-api", metav1.GetOptions{})
+			},
+			func() error {
+				return kube.CoreV1().Services("kubevirt").Delete(ctx, "virt-api", metav1.DeleteOptions{})
+			}},
 		{"validating webhook configuration virt-api-validator",
 			func() (metav1.Object, error) {
 				return adm.ValidatingWebhookConfigurations().Get(ctx, "virt-api-validator", metav1.GetOptions{})
@@ -241,12 +249,16 @@ func TestOperatorPutsBackWhatIsDeletedOrChanged(t *testing.T) {
 			func() (metav1.Object, error) {
 				return kube.CoreV1().Secrets("kubevirt").Get(ctx, "kubevirt-virt-api-certs", metav1.GetOptions{})
 			},
-			func() error { return kube.CoreV1().Secrets("kubevirt").Delete(ctx, "kubevirt-virt-api-certs", metav1.DeleteOptions{}) }},
+			func() error {
+				return kube.CoreV1().Secrets("kubevirt").Delete(ctx, "kubevirt-virt-api-certs", metav1.DeleteOptions{})
+			}},
 		{"cluster role kubevirt-controller",
 			func() (metav1.Object, error) {
 				return kube.RbacV1().ClusterRoles().Get(ctx, "kubevirt-controller", metav1.GetOptions{})
 			},
-			func() error { return kube.RbacV1().ClusterRoles().Delete(ctx, "kubevirt-controller", metav1.DeleteOptions{}) }},
+			func() error {
+				return kube.RbacV1().ClusterRoles().Delete(ctx, "kubevirt-controller", metav1.DeleteOptions{})
+			}},
 		{"cluster role binding kubevirt-handler",
 			func() (metav1.Object, error) {
 				return kube.RbacV1().ClusterRoleBindings().Get(ctx, "kubevirt-handler", metav1.GetOptions{})
