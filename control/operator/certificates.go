@@ -13,7 +13,7 @@ import (
 // Where the installation's certificates live. kubevirt-ca signs virt-api's serving and client
 // certificates; kubevirt-node-ca, whose key virt-controller holds, signs each node agent's
 // serving certificate through a CertificateSigningRequest (so it signs certificates this
-// operator never sees, and its old CAs stay until those have expired).
+// operator never sees, no longer than the CA lives: its old CAs stay until they expire).
 const (
 	APIServingSecret = "kubevirt-virt-api-certs"
 	APIClientSecret  = "kubevirt-virt-api-node-client"
@@ -46,7 +46,7 @@ func (r *Reconciler) rotators(cfg certs.Config) (main, node *certs.Rotator) {
 		APIServices:        []string{apiService},
 	}
 	node = &certs.Rotator{Kube: r.Kube, Namespace: ns, Config: cfg, Propagation: r.Propagation, Labels: managedLabels(),
-		CASecret: NodeCASecret, BundleConfigMap: NodeCABundle, OutsideLifetime: cfg.ServerDuration}
+		CASecret: NodeCASecret, BundleConfigMap: NodeCABundle, Unseen: true}
 	return main, node
 }
 

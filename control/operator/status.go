@@ -28,7 +28,8 @@ const (
 )
 
 // ready reports whether every Deployment and DaemonSet of objs runs its current template on
-// all its replicas, and if not, which is behind.
+// all its replicas, and if not, which is behind. objs carry the generation just applied: a
+// cached copy older than that counts as behind.
 func (r *Reconciler) ready(ctx context.Context, objs []*unstructured.Unstructured) (bool, string, error) {
 	var behind []string
 	for _, o := range objs {
@@ -47,7 +48,7 @@ func (r *Reconciler) ready(ctx context.Context, objs []*unstructured.Unstructure
 			if d.Spec.Replicas != nil {
 				want = *d.Spec.Replicas
 			}
-			if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.AvailableReplicas < want || d.Status.Replicas > want {
+			if d.Generation < o.GetGeneration() || d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want || d.Status.AvailableReplicas < want || d.Status.Replicas > want {
 				behind = append(behind, fmt.Sprintf("deployment %s has %d of %d replicas updated and available", d.Name, min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas), want))
 			}
 		case "DaemonSet":
@@ -60,7 +61,7 @@ func (r *Reconciler) ready(ctx context.Context, objs []*unstructured.Unstructure
 				return false, "", err
 			}
 			want := d.Status.DesiredNumberScheduled
-			if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedNumberScheduled < want || d.Status.NumberAvailable < want {
+			if d.Generation < o.GetGeneration() || d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedNumberScheduled < want || d.Status.NumberAvailable < want {
 				behind = append(behind, fmt.Sprintf("daemonset %s has %d of %d pods updated and available", d.Name, min(d.Status.UpdatedNumberScheduled, d.Status.NumberAvailable), want))
 			}
 		}

@@ -40,22 +40,38 @@ func (c *Cluster) pushJobs() []pushJob {
 	bin, guest := c.opts.BinDir, c.opts.GuestDir
 	jobs := []pushJob{
 		{PauseImage, func() (v1.Image, error) { return ociimages.Pause(bin) }, false},
-		{"qvirt/virt-launcher:" + ComponentTag, func() (v1.Image, error) { return ociimages.Launcher(bin) }, false},
 		{TinyKernelImage, func() (v1.Image, error) { return ociimages.TinyKernel(guest) }, false},
 		{TinyDiskImage, func() (v1.Image, error) { return ociimages.TinyDisk(guest) }, false},
 		{PrivateTinyDiskImage, func() (v1.Image, error) { return ociimages.TinyDisk(guest) }, true},
 		{LocalPathProvisionerImage, func() (v1.Image, error) { return ociimages.LocalPathProvisioner(c.localPathProvisionerBinary()) }, false},
 		{LocalPathHelperImage, ociimages.LocalPathHelper, false},
 	}
+	return append(jobs, c.componentJobs(ComponentTag)...)
+}
+
+// componentJobs are qvirt's own images (the components' and the launcher's) under tag.
+func (c *Cluster) componentJobs(tag string) []pushJob {
+	bin := c.opts.BinDir
+	jobs := []pushJob{{"qvirt/virt-launcher:" + tag, func() (v1.Image, error) { return ociimages.Launcher(bin) }, false}}
 	for _, name := range ociimages.Components {
-		jobs = append(jobs, pushJob{"qvirt/" + name + ":" + ComponentTag, func() (v1.Image, error) { return ociimages.Component(bin, name) }, false})
+		jobs = append(jobs, pushJob{"qvirt/" + name + ":" + tag, func() (v1.Image, error) { return ociimages.Component(bin, name) }, false})
 	}
 	return jobs
 }
 
+// PushComponentImages builds qvirt's images from bin/ again and pushes them under tag, as a
+// release of another version would be.
+func (c *Cluster) PushComponentImages(ctx context.Context, tag string) error {
+	return c.push(ctx, c.componentJobs(tag))
+}
+
 // pushImages builds every image from bin/ and the test guest and pushes it, as a user's CI would.
 func (c *Cluster) pushImages(ctx context.Context) error {
-	for _, j := range c.pushJobs() {
+	return c.push(ctx, c.pushJobs())
+}
+
+func (c *Cluster) push(ctx context.Context, jobs []pushJob) error {
+	for _, j := range jobs {
 		began := time.Now()
 		img, err := j.build()
 		if err != nil {

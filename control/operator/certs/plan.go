@@ -32,10 +32,10 @@ type Leaf struct {
 type State struct {
 	CAs    []CA
 	Leaves []Leaf
-	// OutsideLifetime, when positive, says the CA also signs certificates the rotator does not
-	// see (another component signs with its key), each living at most this long: an older CA
-	// stays in the bundle until all it can have signed has expired.
-	OutsideLifetime time.Duration
+	// Unseen says the CA also signs certificates the rotator does not see (another component
+	// signs with its key, no longer than the CA lives): an older CA leaves the bundle only when
+	// it expires.
+	Unseen bool
 }
 
 // Plan is what to do now; an empty Plan means nothing is due.
@@ -74,8 +74,8 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 	slices.SortFunc(live, func(a, b CA) int { return a.Cert.NotBefore.Compare(b.Cert.NotBefore) })
 	newest := live[len(live)-1]
 	caRenewAt := newest.Cert.NotAfter.Add(-c.CARenewBefore)
-	if !now.Before(caRenewAt) {
-		plan.NewCA = true
+	if !now.Before(caRenewAt) || longer(newest.Cert, c.CADuration) {
+		plan.NewCA = true // due, or made for a longer lifetime than the one configured now
 	}
 	plan.Next = caRenewAt
 
@@ -88,7 +88,7 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 		}
 	}
 	// A lone CA signs at once: there is no other a client could be relying on.
-	if signer < 0 && (len(live) == 1 || st.OutsideLifetime <= 0 && !anyLeaf(st.Leaves)) {
+	if signer < 0 && (len(live) == 1 || !st.Unseen && !anyLeaf(st.Leaves)) {
 		signer = len(live) - 1
 	}
 	if signer < len(live)-1 {
@@ -108,7 +108,8 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 		}
 		renewAt := l.Cert.NotAfter.Add(-c.ServerRenewBefore)
 		switch {
-		case !now.Before(renewAt), !signedBy(l.Cert, plan.Signer) && plan.Signer.NotBefore.After(issuerOf(l.Cert, live).NotBefore):
+		case !now.Before(renewAt), longer(l.Cert, c.ServerDuration),
+			!signedBy(l.Cert, plan.Signer) && plan.Signer.NotBefore.After(issuerOf(l.Cert, live).NotBefore):
 			plan.Issue = append(plan.Issue, l.Name)
 			settled = false
 		default:
@@ -121,12 +122,8 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 			}
 		}
 	}
-	if st.OutsideLifetime > 0 && signer > 0 {
-		// Older CAs signed until this one became the signer.
-		if gone := live[signer].Added.Add(propagation + st.OutsideLifetime + pki.Backdate); now.Before(gone) {
-			settled = false
-			plan.Next = earliest(plan.Next, gone)
-		}
+	if st.Unseen {
+		settled = false
 	}
 	if settled {
 		for _, ca := range live[:signer] {
@@ -134,6 +131,11 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 		}
 	}
 	return plan
+}
+
+// longer reports a certificate made to live longer than d (beyond the backdating of its start).
+func longer(cert *x509.Certificate, d time.Duration) bool {
+	return cert.NotAfter.Sub(cert.NotBefore) > d+2*pki.Backdate
 }
 
 func anyLeaf(leaves []Leaf) bool {

@@ -139,10 +139,10 @@ func TestExpiredOrForeignCertificatesAreReplaced(t *testing.T) {
 	}
 }
 
-func TestACAWhoseCertificatesAnotherSignerIssuesStaysUntilTheyExpire(t *testing.T) {
+func TestACAWhoseCertificatesAnotherSignerIssuesStaysUntilItExpires(t *testing.T) {
 	c := Config{CADuration: 10 * time.Hour, CARenewBefore: 3 * time.Hour, ServerDuration: 2 * time.Hour, ServerRenewBefore: 30 * time.Minute}
 	old := mint(t, "old", t0, c.CADuration, nil)
-	st := State{CAs: []CA{{Cert: old.cert, Added: t0}}, OutsideLifetime: c.ServerDuration}
+	st := State{CAs: []CA{{Cert: old.cert, Added: t0}}, Unseen: true}
 	if p := Decide(c, st, prop, t0.Add(time.Minute)); p.Signer != old.cert || !p.Empty() {
 		t.Fatalf("one CA: %+v, want it to sign at once", p)
 	}
@@ -153,13 +153,14 @@ func TestACAWhoseCertificatesAnotherSignerIssuesStaysUntilTheyExpire(t *testing.
 	if p := Decide(c, st, prop, now.Add(prop/2)); p.Signer != old.cert || !p.Empty() {
 		t.Fatalf("new CA not yet propagated: %+v, want the old one still signing", p)
 	}
-	p := Decide(c, st, prop, now.Add(prop))
-	gone := now.Add(prop + c.ServerDuration + pki.Backdate)
-	if p.Signer != fresh.cert || len(p.Retire) != 0 || !p.Next.Equal(gone) {
-		t.Fatalf("new CA propagated: %+v, want it signing, the old one kept until %s", p, gone)
+	if p := Decide(c, st, prop, now.Add(prop)); p.Signer != fresh.cert || !p.Empty() {
+		t.Fatalf("new CA propagated: %+v, want it signing and the old one kept", p)
 	}
-	if p := Decide(c, st, prop, gone); len(p.Retire) != 1 || p.Retire[0] != old.cert {
-		t.Fatalf("everything the old CA signed has expired: %+v, want it retired", p)
+	if p := Decide(c, st, prop, old.cert.NotAfter.Add(-time.Second)); len(p.Retire) != 0 {
+		t.Fatalf("old CA about to expire: %+v, want it kept: certificates it signed may still be in use", p)
+	}
+	if p := Decide(c, st, prop, old.cert.NotAfter); len(p.Retire) != 1 || p.Retire[0] != old.cert {
+		t.Fatalf("old CA expired: %+v, want it retired", p)
 	}
 }
 
@@ -171,5 +172,21 @@ func TestALeafLostRightAfterInstallationIsReissuedAtOnce(t *testing.T) {
 	p := Decide(c, st, prop, t0.Add(prop/4))
 	if p.Signer != ca.cert || !slices.Equal(p.Issue, []string{"client"}) {
 		t.Fatalf("one CA, one leaf deleted: %+v, want it reissued by the only CA now", p)
+	}
+}
+
+func TestShorterLifetimesTakeEffectAtOnce(t *testing.T) {
+	long := defaults(t)
+	ca := mint(t, "ca", t0, long.CADuration, nil)
+	leaf := mint(t, "api", t0, long.ServerDuration, ca)
+	st := State{CAs: []CA{{Cert: ca.cert, Added: t0}}, Leaves: []Leaf{{Name: "api", Cert: leaf.cert}}}
+	short := Config{CADuration: 8 * time.Minute, CARenewBefore: 5 * time.Minute, ServerDuration: 2 * time.Minute, ServerRenewBefore: 30 * time.Second}
+	now := t0.Add(time.Hour)
+	if p := Decide(long, st, prop, now); !p.Empty() {
+		t.Fatalf("nothing changed: %+v, want nothing to do", p)
+	}
+	p := Decide(short, st, prop, now)
+	if !p.NewCA || !slices.Equal(p.Issue, []string{"api"}) || p.Signer != ca.cert {
+		t.Fatalf("lifetimes shortened: %+v, want a new CA and the leaf reissued by the current one meanwhile", p)
 	}
 }

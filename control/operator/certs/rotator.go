@@ -44,14 +44,14 @@ type Rotator struct {
 	CASecret, BundleConfigMap string
 	// Labels go on every Secret and ConfigMap the rotator creates.
 	Labels map[string]string
-	// OutsideLifetime: see State.
-	OutsideLifetime time.Duration
-	Kube            kubernetes.Interface
-	Aggregator      aggregator.Interface
-	Namespace       string
-	Config          Config
-	Propagation     time.Duration
-	Leaves          []LeafSpec
+	// Unseen: see State.
+	Unseen      bool
+	Kube        kubernetes.Interface
+	Aggregator  aggregator.Interface
+	Namespace   string
+	Config      Config
+	Propagation time.Duration
+	Leaves      []LeafSpec
 	// Webhook configurations and APIServices whose caBundle is the bundle.
 	ValidatingWebhooks, MutatingWebhooks, APIServices []string
 }
@@ -98,7 +98,7 @@ func (r *Rotator) Sync(ctx context.Context) (time.Time, error) {
 			return time.Time{}, err
 		}
 		now := time.Now()
-		plan := Decide(r.Config, State{CAs: st.cas, Leaves: leaves, OutsideLifetime: r.OutsideLifetime}, r.Propagation, now)
+		plan := Decide(r.Config, State{CAs: st.cas, Leaves: leaves, Unseen: r.Unseen}, r.Propagation, now)
 		if plan.Empty() {
 			if plan.Signer != nil && !bytes.Equal(st.signer, certPEM(plan.Signer)) {
 				if err := r.save(ctx, st, plan.Signer); err != nil {

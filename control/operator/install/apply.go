@@ -34,15 +34,19 @@ func (a *Applier) resource(obj *unstructured.Unstructured) (dynamic.ResourceInte
 
 // Apply server-side applies every object, forcing ownership of the fields it sets: a field
 // someone else changed is set back. A write the server leaves unchanged costs no new revision.
+// Each object's generation is set to the server's.
 func (a *Applier) Apply(ctx context.Context, objs []*unstructured.Unstructured) error {
 	for _, obj := range objs {
 		r, err := a.resource(obj)
 		if err != nil {
 			return err
 		}
-		if _, err := r.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		got, err := r.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+		if err != nil {
 			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), Name(obj), err)
 		}
+		// What the server holds now: its generation is what a rollout must have observed.
+		obj.SetGeneration(got.GetGeneration())
 	}
 	return nil
 }
