@@ -6,7 +6,8 @@ package operator
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -71,28 +72,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.install(ctx, kv)
 }
 
-// first is the oldest KubeVirt CR of the namespace that is not being deleted, or the oldest
-// at all: the one installation the namespace has.
+// first is the oldest KubeVirt CR of the namespace: the one installation it has; any other is
+// refused, as KubeVirt refuses a second.
 func (r *Reconciler) first(ctx context.Context) (string, error) {
 	var list v1.KubeVirtList
 	if err := r.Client.List(ctx, &list, client.InNamespace(r.Namespace)); err != nil {
 		return "", err
 	}
-	items := list.Items
-	sort.Slice(items, func(i, j int) bool {
-		a, b := items[i], items[j]
-		if (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil) && len(a.Finalizers) == 0 && len(b.Finalizers) == 0 {
-			return a.DeletionTimestamp == nil
-		}
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Name < b.Name
-	})
-	if len(items) == 0 {
+	if len(list.Items) == 0 {
 		return "", nil
 	}
-	return items[0].Name, nil
+	oldest := slices.MinFunc(list.Items, func(a, b v1.KubeVirt) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return oldest.Name, nil
 }
 
 // install applies everything the CR asks for and reports how far the components are.

@@ -26,6 +26,17 @@ type CA struct {
 type Leaf struct {
 	Name string
 	Cert *x509.Certificate
+	// Since is when the leaf was first issued by Cert's issuer (renewals by the same CA keep
+	// it); zero means Cert's own start.
+	Since time.Time
+}
+
+// since is when servers began showing certificates of the leaf's current issuer.
+func (l Leaf) since() time.Time {
+	if !l.Since.IsZero() {
+		return l.Since
+	}
+	return l.Cert.NotBefore.Add(pki.Backdate)
 }
 
 // State is what is stored now.
@@ -116,7 +127,7 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 			plan.Next = earliest(plan.Next, renewAt)
 			if !signedBy(l.Cert, plan.Signer) {
 				settled = false
-			} else if loaded := l.Cert.NotBefore.Add(pki.Backdate + propagation); now.Before(loaded) {
+			} else if loaded := l.since().Add(propagation); now.Before(loaded) {
 				settled = false
 				plan.Next = earliest(plan.Next, loaded)
 			}

@@ -190,3 +190,18 @@ func TestShorterLifetimesTakeEffectAtOnce(t *testing.T) {
 		t.Fatalf("lifetimes shortened: %+v, want a new CA and the leaf reissued by the current one meanwhile", p)
 	}
 }
+
+func TestRenewalsByTheSameCADoNotHoldBackRetiringTheOldOne(t *testing.T) {
+	c := Config{CADuration: 8 * time.Minute, CARenewBefore: 5 * time.Minute, ServerDuration: 2 * time.Minute, ServerRenewBefore: 40 * time.Second}
+	old := mint(t, "old", t0, c.CADuration, nil)
+	fresh := mint(t, "new", t0.Add(3*time.Minute), c.CADuration, nil)
+	moved := t0.Add(3*time.Minute + prop) // the leaf moved to the new CA when it could sign
+	now := moved.Add(prop + time.Second)
+	// Renewed since by the same CA, just now: its Since is still the move.
+	renewed := mint(t, "api", now.Add(-pki.Backdate-time.Second), c.ServerDuration, fresh)
+	st := State{CAs: []CA{{Cert: old.cert, Added: t0}, {Cert: fresh.cert, Added: t0.Add(3 * time.Minute)}},
+		Leaves: []Leaf{{Name: "api", Cert: renewed.cert, Since: moved}}}
+	if p := Decide(c, st, prop, now); len(p.Retire) != 1 || p.Retire[0] != old.cert {
+		t.Fatalf("servers on the new CA for longer than the propagation: %+v, want the old CA retired", p)
+	}
+}

@@ -27,6 +27,7 @@ const (
 	BundleConfigMap  = "kubevirt-ca"
 	BundleKey        = "ca-bundle"
 	addedAnnotation  = "ca-added.qvirt.io/"
+	sinceAnnotation  = "issuer-since.qvirt.io"
 	caCommonNameBase = "kubevirt.io"
 )
 
@@ -107,14 +108,14 @@ func (r *Rotator) Sync(ctx context.Context) (time.Time, error) {
 			}
 			return plan.Next, r.publish(ctx, st)
 		}
-		if err := r.apply(ctx, st, plan, now); err != nil {
+		if err := r.apply(ctx, st, leaves, plan, now); err != nil {
 			return time.Time{}, err
 		}
 	}
 	return time.Now().Add(time.Second), nil
 }
 
-func (r *Rotator) apply(ctx context.Context, st *stored, plan Plan, now time.Time) error {
+func (r *Rotator) apply(ctx context.Context, st *stored, leaves []Leaf, plan Plan, now time.Time) error {
 	for _, old := range plan.Retire {
 		st.cas = removeCA(st.cas, old)
 		delete(st.keys, serialOf(old))
@@ -153,7 +154,14 @@ func (r *Rotator) apply(ctx context.Context, st *stored, plan Plan, now time.Tim
 		if err != nil {
 			return fmt.Errorf("signing %s: %w", name, err)
 		}
-		if err := r.writeSecret(ctx, name, map[string][]byte{"tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM, "ca.crt": bundlePEM(st.cas)}, nil); err != nil {
+		since := now
+		for _, l := range leaves {
+			if l.Name == name && l.Cert != nil && signedBy(l.Cert, plan.Signer) {
+				since = l.since() // a renewal by the same CA
+			}
+		}
+		ann := map[string]string{sinceAnnotation: since.UTC().Format(time.RFC3339)}
+		if err := r.writeSecret(ctx, name, map[string][]byte{"tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM, "ca.crt": bundlePEM(st.cas)}, ann); err != nil {
 			return err
 		}
 	}
@@ -206,6 +214,7 @@ func (r *Rotator) load(ctx context.Context) (*stored, []Leaf, error) {
 		}
 		if err == nil {
 			leaf.Cert, _ = parseCert(s.Data["tls.crt"])
+			leaf.Since, _ = time.Parse(time.RFC3339, s.Annotations[sinceAnnotation])
 		}
 		leaves = append(leaves, leaf)
 	}
