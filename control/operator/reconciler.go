@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
@@ -94,6 +95,7 @@ func (r *Reconciler) first(ctx context.Context) (string, error) {
 // install applies everything the CR asks for and reports how far the components are.
 func (r *Reconciler) install(ctx context.Context, kv *v1.KubeVirt) (ctrl.Result, error) {
 	cfg, errs := certs.ConfigFrom(kv.Spec.CertificateRotationStrategy)
+	errs = append(errs, r.checkPropagation(cfg)...)
 	if len(errs) > 0 {
 		return ctrl.Result{}, r.setStatus(ctx, kv, refused(kv, "InvalidConfiguration", errs.ToAggregate().Error()))
 	}
@@ -113,6 +115,24 @@ func (r *Reconciler) install(ctx context.Context, kv *v1.KubeVirt) (ctrl.Result,
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: until(next)}, nil
+}
+
+// checkPropagation refuses lifetimes that leave components no time to load what is renewed: a
+// new CA signs only once every component can have its bundle, and the old one leaves only once
+// every server shows a certificate of the new one (two propagations); a renewed certificate
+// must be loaded before the old one expires (one).
+func (r *Reconciler) checkPropagation(cfg certs.Config) field.ErrorList {
+	p := field.NewPath("spec", "certificateRotateStrategy", "selfSigned")
+	var errs field.ErrorList
+	if cfg.CARenewBefore < 2*r.Propagation {
+		errs = append(errs, field.Invalid(p.Child("ca", "renewBefore"), cfg.CARenewBefore.String(),
+			fmt.Sprintf("must be at least twice the time a change takes to reach the components (%s)", r.Propagation)))
+	}
+	if cfg.ServerRenewBefore < r.Propagation {
+		errs = append(errs, field.Invalid(p.Child("server", "renewBefore"), cfg.ServerRenewBefore.String(),
+			fmt.Sprintf("must be at least the time a change takes to reach the components (%s)", r.Propagation)))
+	}
+	return errs
 }
 
 // apply makes the certificates due and applies every component object; it returns them and

@@ -21,7 +21,9 @@ const (
 // kubeletConfig is a KubeletConfiguration for this machine: cgroup v1 with the cgroupfs driver and a
 // cgroup root of the node's own; webhook authentication and authorization, so kubectl logs, exec and
 // port-forward go through RBAC; no iptables chains of the kubelet's own (kube-proxy writes the node's
-// rules, in the node's network namespace).
+// rules, in the node's network namespace). Pods are synced every 10 s (default 1 m), so that a
+// changed Secret or ConfigMap reaches their volumes within seconds, as short certificate
+// lifetimes in tests need.
 func kubeletConfig(n *Node) string {
 	p := n.paths
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
@@ -53,6 +55,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 makeIPTablesUtilChains: false
 maxPods: 110
+syncFrequency: 10s
 `, n.IP, kubeletPort, kubeletHealthzPort, filepath.Join(p.pkiDir(), "kubelet.crt"), filepath.Join(p.pkiDir(), "kubelet.key"),
 		n.caFile, n.cgroupRoot(), p.containerdSocket(), p.resolvConf())
 }
