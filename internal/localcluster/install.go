@@ -46,10 +46,15 @@ func (c *Cluster) install(ctx context.Context) error {
 	if _, err := c.kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", filepath.Join(deploy, "crds")); err != nil {
 		return err
 	}
+	began := time.Now()
 	if _, err := c.kubectl(ctx, "apply", "-f", filepath.Join(deploy, "kubevirt-cr.yaml")); err != nil {
 		return err
 	}
-	return c.waitInstalled(ctx)
+	if err := c.waitInstalled(ctx); err != nil {
+		return err
+	}
+	c.opts.Log.Info("qvirt installed", "fromKubeVirtCRToAvailableAndSchedulable", time.Since(began).Round(time.Millisecond))
+	return nil
 }
 
 // waitInstalled waits for the storage provisioner and virt-operator to be available, the
