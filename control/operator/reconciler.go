@@ -12,8 +12,8 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -94,8 +94,11 @@ func (r *Reconciler) first(ctx context.Context) (string, error) {
 
 // install applies everything the CR asks for and reports how far the components are.
 func (r *Reconciler) install(ctx context.Context, kv *v1.KubeVirt) (ctrl.Result, error) {
-	cfg, errs := certs.ConfigFrom(kv.Spec.CertificateRotationStrategy)
-	errs = append(errs, r.checkPropagation(cfg)...)
+	set, errs := SettingsOf(kv, r.Namespace, r.Registry, r.Tag)
+	cfg := set.Certs
+	if len(errs) == 0 {
+		errs = r.checkPropagation(cfg)
+	}
 	if len(errs) > 0 {
 		return ctrl.Result{}, r.setStatus(ctx, kv, refused(kv, "InvalidConfiguration", errs.ToAggregate().Error()))
 	}
@@ -142,7 +145,7 @@ func (r *Reconciler) apply(ctx context.Context, kv *v1.KubeVirt, cfg certs.Confi
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("certificates: %w", err)
 	}
-	objs, err := r.render(kv, bundle, cfg)
+	objs, err := r.render(kv, bundle)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -157,26 +160,16 @@ func (r *Reconciler) apply(ctx context.Context, kv *v1.KubeVirt, cfg certs.Confi
 	return objs, next, nil
 }
 
-func (r *Reconciler) render(kv *v1.KubeVirt, bundle []byte, cfg certs.Config) ([]*unstructured.Unstructured, error) {
-	registry := kv.Spec.ImageRegistry
-	if registry == "" {
-		registry = r.Registry
-	}
-	var secrets []string
-	for _, s := range kv.Spec.ImagePullSecrets {
-		secrets = append(secrets, s.Name)
-	}
-	return install.Render(install.Options{Namespace: r.Namespace, Registry: registry, Tag: r.target(kv),
-		PullPolicy: string(kv.Spec.ImagePullPolicy), PullSecrets: secrets,
-		Bundle: bundle, NodeCertLifetime: cfg.ServerDuration})
+func (r *Reconciler) render(kv *v1.KubeVirt, bundle []byte) ([]*unstructured.Unstructured, error) {
+	set, _ := SettingsOf(kv, r.Namespace, r.Registry, r.Tag)
+	set.Install.Bundle = bundle
+	return install.Render(set.Install)
 }
 
 // target is the version the CR asks for: its imageTag, else the operator's.
 func (r *Reconciler) target(kv *v1.KubeVirt) string {
-	if kv.Spec.ImageTag != "" {
-		return kv.Spec.ImageTag
-	}
-	return r.Tag
+	set, _ := SettingsOf(kv, r.Namespace, r.Registry, r.Tag)
+	return set.Install.Tag
 }
 
 // frontProxyCA is the copy of the aggregation layer's client CA that virt-api mounts (a pod

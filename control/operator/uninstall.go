@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
-	"github.com/qvirt/qvirt/control/operator/certs"
 	"github.com/qvirt/qvirt/control/operator/install"
 )
 
@@ -23,7 +22,8 @@ const uninstallMessage = "Rejecting the uninstall request, since there are still
 // blocks reports whether the CR's uninstall strategy keeps it while workloads exist
 // (BlockUninstallIfWorkloadsExist, KubeVirt's default).
 func blocks(kv *v1.KubeVirt) bool {
-	return kv.Spec.UninstallStrategy != v1.KubeVirtUninstallStrategyRemoveWorkloads
+	set, _ := SettingsOf(kv, "", "", "")
+	return set.BlockUninstall
 }
 
 // workloads names the kind of workload that still exists anywhere, or "".
@@ -73,8 +73,7 @@ func (r *Reconciler) uninstall(ctx context.Context, kv *v1.KubeVirt) (ctrl.Resul
 	if err := r.setStatus(ctx, kv, deleting(kv, "")); err != nil {
 		return ctrl.Result{}, err
 	}
-	cfg, _ := certs.ConfigFrom(v1.KubeVirtCertificateRotateStrategy{})
-	objs, err := r.render(kv, nil, cfg)
+	objs, err := r.render(kv, nil)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	v1 "github.com/qvirt/qvirt/api/v1"
 	"github.com/qvirt/qvirt/control/config"
+	"github.com/qvirt/qvirt/control/operator"
 	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
@@ -37,7 +39,13 @@ var kubeVirtSamples = map[string][]any{
 	"spec.configuration.migrations.parallelMigrationsPerCluster":       {5, 10},
 	"spec.configuration.migrations.parallelOutboundMigrationsPerNode":  {2, 4},
 	"spec.configuration.tlsConfiguration.minTLSVersion":                {"VersionTLS13"},
-	"spec.certificateRotateStrategy.selfSigned.ca.duration":            {"168h"},
+	"spec.certificateRotateStrategy.selfSigned.ca.duration":            {"96h"},
+	"spec.certificateRotateStrategy.selfSigned.ca.renewBefore":         {"10h"},
+	"spec.certificateRotateStrategy.selfSigned.caRotateInterval":       {"96h"},
+	"spec.certificateRotateStrategy.selfSigned.caOverlapInterval":      {"10h"},
+	"spec.certificateRotateStrategy.selfSigned.certRotateInterval":     {"12h"},
+	"spec.certificateRotateStrategy.selfSigned.server.duration":        {"12h"},
+	"spec.certificateRotateStrategy.selfSigned.server.renewBefore":     {"1h"},
 	"spec.workloadUpdateStrategy.workloadUpdateMethods[]":              {"LiveMigrate", "Evict"},
 	"spec.workloadUpdateStrategy.batchEvictionInterval":                {"1m0s"},
 	"spec.configuration.developerConfiguration.disabledFeatureGates[]": {"HostDisk"},
@@ -47,6 +55,7 @@ var kubeVirtSamples = map[string][]any{
 // does.
 var kubeVirtAsUnset = map[string]map[string]string{
 	"spec.imagePullPolicy":                                            {"IfNotPresent": "KubeVirt's default, written by its release manifest"},
+	"spec.uninstallStrategy":                                          {"BlockUninstallIfWorkloadsExist": "KubeVirt's default, and qvirt's"},
 	"spec.configuration.evictionStrategy":                             {"None": "KubeVirt's default: no eviction strategy"},
 	"spec.configuration.machineType":                                  {"q35": "the default machine type"},
 	"spec.configuration.network.defaultNetworkInterface":              {"bridge": "KubeVirt's default, and qvirt's"},
@@ -62,7 +71,8 @@ var kubeVirtAsUnset = map[string]map[string]string{
 var kubeVirtResource = k8sschema.GroupVersionResource{Group: v1.GroupName, Version: "v1", Resource: "kubevirts"}
 
 // TestKubeVirtFieldsAreReadOrRefused walks every field of the KubeVirt CR's spec: each value must
-// change the configuration qvirt's components read from it (control/config) or be refused by
+// change the configuration qvirt's components read from it (control/config) or what virt-operator
+// makes of it (operator.SettingsOf), or be refused by
 // the API server with the CRD's rules, KubeVirt's own release manifest must be accepted, and the
 // values listed in kubeVirtAsUnset accepted without effect. It needs a kube-apiserver for the
 // CRD's CEL rules.
@@ -191,26 +201,32 @@ func completeKubeVirt(o map[string]any, leafPath string) {
 	}
 }
 
-// snapshots are the configurations the components derive from the CR.
-func snapshots(o map[string]any) ([]config.Snapshot, error) {
+// derived is what the components (control/config) and virt-operator make of the CR.
+type derived struct {
+	components []config.Snapshot
+	operator   operator.Settings
+}
+
+func snapshots(o map[string]any) (derived, error) {
 	kv := &v1.KubeVirt{}
 	if err := decode(o, kv); err != nil {
-		return nil, err
+		return derived{}, err
 	}
-	var out []config.Snapshot
+	var out derived
 	for _, c := range []config.Component{config.VirtAPI, config.VirtController, config.VirtHandler, config.Webhooks} {
-		out = append(out, config.From(kv, c))
+		out.components = append(out.components, config.From(kv, c))
 	}
+	out.operator, _ = operator.SettingsOf(kv, "kubevirt", "qvirt", "v0.1.0")
 	return out, nil
 }
 
-func equalSnapshots(a, b []config.Snapshot) bool {
-	for i := range a {
-		if !a[i].Equal(b[i]) {
+func equalSnapshots(a, b derived) bool {
+	for i := range a.components {
+		if !a.components[i].Equal(b.components[i]) {
 			return false
 		}
 	}
-	return true
+	return reflect.DeepEqual(a.operator, b.operator)
 }
 
 func refusedByQvirt(err error) bool {
