@@ -303,11 +303,12 @@ func TestCRDKubeVirtSchema(t *testing.T) {
 	}
 	for _, c := range []string{"apiConfiguration", "webhookConfiguration", "controllerConfiguration", "handlerConfiguration"} {
 		tb := cfg + c + ".restClient.rateLimiter.tokenBucketRateLimiter"
-		if q := schemaAt(t, root, tb+".qps"); q["type"] != "number" {
-			t.Errorf("%s.qps type = %v", tb, q["type"])
+		// A client cannot work with no tokens: crd_apiserver_test.go sees these refuse such CRs.
+		if q := schemaAt(t, root, tb+".qps"); q["type"] != "number" || q["format"] != "float" || q["minimum"] != 0.0 || q["exclusiveMinimum"] != true {
+			t.Errorf("%s.qps = %v, want a float above 0", tb, q)
 		}
-		if b := schemaAt(t, root, tb+".burst"); b["type"] != "integer" {
-			t.Errorf("%s.burst type = %v", tb, b["type"])
+		if b := schemaAt(t, root, tb+".burst"); b["type"] != "integer" || b["minimum"] != 1.0 {
+			t.Errorf("%s.burst = %v, want an integer of at least 1", tb, b)
 		}
 	}
 }

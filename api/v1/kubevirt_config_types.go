@@ -178,15 +178,21 @@ type RateLimiter struct {
 	TokenBucketRateLimiter *TokenBucketRateLimiter `json:"tokenBucketRateLimiter,omitempty"`
 }
 
-// TokenBucketRateLimiter limits client requests; zero means the component default
-// (the API server's is QPS 30, burst 50).
+// TokenBucketRateLimiter limits a component's client requests, applied without a restart.
+// Without one a component keeps its default: virt-api QPS 30, burst 50; KubeVirt's for the
+// others (virt-controller 200/400, virt-handler 50/100, webhookConfiguration, which limits
+// virt-api's SubjectAccessReviews, 200/400).
 type TokenBucketRateLimiter struct {
-	// QPS is requests per second.
+	// QPS is requests per second, above 0 (KubeVirt would stall its client at 0). Format float
+	// refuses values beyond float32, which no component could decode.
 	// +kubebuilder:validation:Schemaless
 	// +kubebuilder:validation:Type=number
 	// +kubebuilder:validation:Format=float
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:ExclusiveMinimum=true
 	QPS float32 `json:"qps"` // a float as in KubeVirt; Schemaless avoids allowing floats package-wide
-	// Burst is the bucket size.
+	// Burst is the bucket size: the requests allowed at once, at least 1.
+	// +kubebuilder:validation:Minimum=1
 	Burst int `json:"burst"`
 }
 

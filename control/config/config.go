@@ -16,14 +16,28 @@ const (
 	VirtAPI Component = iota
 	VirtController
 	VirtHandler
+	// Webhooks is virt-api's SubjectAccessReview client, which KubeVirt's webhookConfiguration
+	// limits.
 	Webhooks
 )
 
-// Defaults for a component's client toward the kube-apiserver.
+// Defaults of virt-api's client toward the kube-apiserver.
 const (
 	DefaultQPS   float32 = 30
 	DefaultBurst int     = 50
 )
+
+// DefaultRateLimit is component c's client rate limit when the CR sets none: virt-api's
+// DefaultQPS and DefaultBurst, KubeVirt's for the others.
+func DefaultRateLimit(c Component) (qps float32, burst int) {
+	switch c {
+	case VirtController, Webhooks:
+		return 200, 400
+	case VirtHandler:
+		return 50, 100
+	}
+	return DefaultQPS, DefaultBurst
+}
 
 // Oldest is the KubeVirt CR in force among several (nil for none): only one installation per
 // cluster is valid, and the first one made is it.
@@ -92,7 +106,8 @@ func (s Snapshot) FeatureGateEnabled(name string) bool { return s.FeatureGates[n
 // From derives the snapshot for component c from a KubeVirt CR (nil: defaults). A gate listed
 // in disabledFeatureGates is off even when also enabled.
 func From(kv *v1.KubeVirt, c Component) Snapshot {
-	s := Snapshot{FeatureGates: map[string]bool{}, QPS: DefaultQPS, Burst: DefaultBurst, Migrations: migrationsFrom(nil)}
+	s := Snapshot{FeatureGates: map[string]bool{}, Migrations: migrationsFrom(nil)}
+	s.QPS, s.Burst = DefaultRateLimit(c)
 	if kv == nil {
 		return s
 	}
@@ -122,6 +137,7 @@ func From(kv *v1.KubeVirt, c Component) Snapshot {
 	}
 	if rc != nil && rc.RestClient != nil && rc.RestClient.RateLimiter != nil && rc.RestClient.RateLimiter.TokenBucketRateLimiter != nil {
 		tb := rc.RestClient.RateLimiter.TokenBucketRateLimiter
+		// The CRD refuses values below these; a CR stored before it did keeps the default.
 		if tb.QPS > 0 {
 			s.QPS = tb.QPS
 		}

@@ -25,8 +25,14 @@ func TestFromKubeVirtCR(t *testing.T) {
 	if !api.FeatureGateEnabled("HostDisk") || api.FeatureGateEnabled("Snapshot") {
 		t.Errorf("gates: %v (a disabled gate must win)", api.FeatureGates)
 	}
-	if ctl := From(kv, VirtController); ctl.QPS != 30 || ctl.Burst != 50 {
-		t.Errorf("virt-controller takes its own limits: %+v", ctl)
+	if ctl := From(kv, VirtController); ctl.QPS != 200 || ctl.Burst != 400 {
+		t.Errorf("virt-controller takes its own limits, KubeVirt's 200/400 by default: %+v", ctl)
+	}
+	if h := From(nil, VirtHandler); h.QPS != 50 || h.Burst != 100 {
+		t.Errorf("virt-handler's default is KubeVirt's 50/100: %+v", h)
+	}
+	if wh := From(nil, Webhooks); wh.QPS != 200 || wh.Burst != 400 {
+		t.Errorf("the webhook client's default is KubeVirt's 200/400: %+v", wh)
 	}
 	if api.Equal(From(nil, VirtAPI)) || !api.Equal(From(kv, VirtAPI)) {
 		t.Error("Equal")

@@ -53,6 +53,18 @@ func TestWatcherFollowsTheKubeVirtCR(t *testing.T) {
 	if s := w.Current(); s.QPS != config.DefaultQPS || s.Burst != config.DefaultBurst {
 		t.Fatalf("without a CR: %+v", s)
 	}
+	// virt-api's SubjectAccessReview client follows webhookConfiguration through its own watcher.
+	ww, err := config.NewWatcher(c.RESTConfig(), "kubevirt", config.Webhooks, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ww.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	webhookLimiter := ww.RateLimiter()
+	if qps, burst := webhookLimiter.Limits(); qps != 200 || burst != 400 {
+		t.Fatalf("webhook client without a CR: %v/%v, want KubeVirt's 200/400", qps, burst)
+	}
 
 	scheme := runtime.NewScheme()
 	_ = v1.AddToScheme(scheme)
@@ -61,6 +73,8 @@ func TestWatcherFollowsTheKubeVirtCR(t *testing.T) {
 		DeveloperConfiguration: &v1.DeveloperConfiguration{FeatureGates: []string{"HostDisk"}},
 		APIConfiguration: &v1.ReloadableComponentConfiguration{RestClient: &v1.RESTClientConfiguration{RateLimiter: &v1.RateLimiter{
 			TokenBucketRateLimiter: &v1.TokenBucketRateLimiter{QPS: 7, Burst: 9}}}},
+		WebhookConfiguration: &v1.ReloadableComponentConfiguration{RestClient: &v1.RESTClientConfiguration{RateLimiter: &v1.RateLimiter{
+			TokenBucketRateLimiter: &v1.TokenBucketRateLimiter{QPS: 3, Burst: 4}}}},
 	}}}
 	if err := cl.Create(ctx, kv); err != nil {
 		t.Fatal(err)
@@ -75,6 +89,15 @@ func TestWatcherFollowsTheKubeVirtCR(t *testing.T) {
 	}
 	if s := next(t, changes); s.QPS != 11 || !w.FeatureGateEnabled("HostDisk") {
 		t.Fatalf("after update: %+v", s)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		qps, burst := webhookLimiter.Limits()
+		if qps == 3 && burst == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook client after the CR: %v/%v, want 3/4", qps, burst)
+		}
 	}
 }
 

@@ -287,6 +287,7 @@ func (e *env) runAgent(ctx context.Context) {
 
 // manager is a running virt-controller.
 type manager struct {
+	mgr         ctrl.Manager
 	stopOnce    sync.Once
 	cancel      context.CancelFunc
 	done        chan error
@@ -308,7 +309,7 @@ func (e *env) startManager() *manager {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
+	m.mgr, m.cancel = mgr, cancel
 	go func() { m.done <- mgr.Start(ctx) }()
 	e.t.Cleanup(func() { m.stop(e.t) })
 	return m

@@ -27,11 +27,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	virtv1 "github.com/qvirt/qvirt/api/v1"
+	qvconfig "github.com/qvirt/qvirt/control/config"
 	"github.com/qvirt/qvirt/control/controller/launcherpod"
 	"github.com/qvirt/qvirt/control/controller/metrics"
 	"github.com/qvirt/qvirt/control/controller/migration"
@@ -72,10 +74,6 @@ type Options struct {
 	Migrations migration.Limits
 	// VMWorkers and VMIWorkers are the parallel reconciles (3 and 5).
 	VMWorkers, VMIWorkers int
-	// QPS and Burst limit the API client when the rest.Config leaves them
-	// unset (50 and 100).
-	QPS   float32
-	Burst int
 	// NodeCA signs node agents' serving certificates (certificate and key, re-read per request);
 	// nil leaves such requests to another signer.
 	NodeCA func() (*tls.Certificate, error)
@@ -104,12 +102,6 @@ func (o Options) withDefaults() Options {
 	if o.VMIWorkers <= 0 {
 		o.VMIWorkers = 5
 	}
-	if o.QPS <= 0 {
-		o.QPS = 50
-	}
-	if o.Burst <= 0 {
-		o.Burst = 100
-	}
 	return o
 }
 
@@ -133,12 +125,21 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("launcher pod options: %w", err)
 	}
 	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	}
 	if err := restmetrics.Instrument(cfg, ctrlmetrics.Registry); err != nil {
 		return nil, err
 	}
+	// The client's rate limit is the KubeVirt CR's controllerConfiguration, followed live; the
+	// watcher's own single watch goes through cfg as given.
+	log := crlog.Log
+	if opts.Logger.GetSink() != nil {
+		log = opts.Logger
+	}
+	kvConfig, err := qvconfig.NewWatcher(cfg, opts.Namespace, qvconfig.VirtController, log.WithName("config"))
+	if err != nil {
+		return nil, err
+	}
+	limited := rest.CopyConfig(cfg)
+	limited.RateLimiter = kvConfig.RateLimiter()
 	scheme, err := NewScheme()
 	if err != nil {
 		return nil, err
@@ -164,6 +165,8 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionResourceLock:    "leases",
 		LeaderElectionReleaseOnCancel: true, // the process ends with the manager, so a successor need not wait out the lease
+		// Lease renewals must not queue behind a busy rate limit and lose the lease.
+		LeaderElectionConfig: cfg,
 		// Controller names are checked for uniqueness per process; a restarted
 		// manager in the same process (tests, local mode) reuses them.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
@@ -180,8 +183,11 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if opts.Logger.GetSink() != nil {
 		mopts.Logger = opts.Logger
 	}
-	mgr, err := manager.New(cfg, mopts)
+	mgr, err := manager.New(limited, mopts)
 	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(configWatch{kvConfig}); err != nil {
 		return nil, err
 	}
 
@@ -228,6 +234,20 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	}
 	return mgr, nil
 }
+
+// configWatch follows the KubeVirt CR in every replica, leader or not: a standby's caches use
+// the limited client too.
+type configWatch struct{ w *qvconfig.Watcher }
+
+func (c configWatch) Start(ctx context.Context) error {
+	if err := c.w.Start(ctx); err != nil {
+		return fmt.Errorf("watch KubeVirt configuration: %w", err)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (configWatch) NeedLeaderElection() bool { return false }
 
 // elected reports whether this replica leads.
 func elected(mgr manager.Manager) func() bool {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/qvirt/qvirt/control/api"
@@ -118,6 +119,10 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 			log.Error(err, "applying new client rate limits")
 		}
 	})
+	sarClient, err := newSARClient(ctx, o, log)
+	if err != nil {
+		return err
+	}
 
 	serving, err := tlsfiles.NewKeyPair(o.TLSCertFile, o.TLSKeyFile)
 	if err != nil {
@@ -149,7 +154,7 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 	sub := api.NewServer(api.Options{
 		Clients:            clients,
 		Authn:              &api.RequestHeaderAuth{CA: rhCA, AllowedNames: o.RequestHeaderAllowedNames},
-		Authz:              &api.SARAuthorizer{Client: clients.Kube},
+		Authz:              &api.SARAuthorizer{Client: func() kubernetes.Interface { return sarClient }},
 		Nodes:              api.AnnotationResolver{Clients: clients},
 		NodeClient:         nodeClient,
 		MaxBodyBytes:       o.MaxRequestBodyBytes,
@@ -186,6 +191,21 @@ func run(ctx context.Context, o Options, log logr.Logger, ready chan<- net.Addr)
 		return err
 	}
 	return nil
+}
+
+// newSARClient is the client of the SubjectAccessReviews that authorize subresource requests,
+// limited by the KubeVirt CR's webhookConfiguration as KubeVirt's is, followed live.
+func newSARClient(ctx context.Context, o Options, log logr.Logger) (kubernetes.Interface, error) {
+	w, err := config.NewWatcher(o.REST, o.Namespace, config.Webhooks, log.WithName("config-webhooks"))
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, fmt.Errorf("watch KubeVirt configuration: %w", err)
+	}
+	cfg := rest.CopyConfig(o.REST)
+	cfg.RateLimiter = w.RateLimiter()
+	return kubernetes.NewForConfig(cfg)
 }
 
 // newHTTPServer serves the webhooks and the subresource API within lim. The kubelet's probes

@@ -117,8 +117,8 @@ func Start(ctx context.Context, o Options) (*Agent, error) {
 		return nil, fmt.Errorf("watch KubeVirt configuration: %w", err)
 	}
 	rc := rest.CopyConfig(o.REST)
-	cur := watcher.Current()
-	rc.QPS, rc.Burst = cur.QPS, cur.Burst
+	// Shared by every client below, and replaced when the CR's handlerConfiguration changes.
+	rc.RateLimiter = watcher.RateLimiter()
 	if err := restmetrics.Instrument(rc, crmetrics.Registry); err != nil {
 		return nil, err
 	}
