@@ -37,7 +37,7 @@ func TestComponentImages(t *testing.T) {
 	pause := buildPause(t)
 	// Stand-ins: a dynamically linked binary and static ones.
 	for name, src := range map[string]string{
-		"virt-api": "/usr/bin/qemu-img", "virt-controller": pause, "virt-handler": pause,
+		"virt-api": "/usr/bin/qemu-img", "virt-controller": pause, "virt-handler": pause, "virt-operator": pause,
 	} {
 		if _, err := os.Stat(src); err != nil {
 			t.Skipf("%s is not installed (make apt)", src)
