@@ -296,3 +296,18 @@ func condition(vmi *v1.VirtualMachineInstance, ct v1.VirtualMachineInstanceCondi
 	}
 	return nil
 }
+
+// dumpOperator logs the tail of every virt-operator pod's log.
+func dumpOperator(t testing.TB, c *localcluster.Cluster) {
+	ctx := context.Background()
+	pods, err := c.Kube.CoreV1().Pods("kubevirt").List(ctx, metav1.ListOptions{LabelSelector: "kubevirt.io=virt-operator"})
+	if err != nil {
+		t.Logf("listing virt-operator pods: %v", err)
+		return
+	}
+	lines := int64(80)
+	for _, p := range pods.Items {
+		b, err := c.Kube.CoreV1().Pods("kubevirt").GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &lines}).DoRaw(ctx)
+		t.Logf("--- log of %s (%v):\n%s", p.Name, err, b)
+	}
+}

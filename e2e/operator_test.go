@@ -205,6 +205,7 @@ func TestOperatorPutsBackWhatIsDeletedOrChanged(t *testing.T) {
 			return err == nil && o.GetUID() != old, err
 		})
 		if err != nil {
+			dumpOperator(t, c)
 			t.Fatalf("%s not put back: %v", what, err)
 		}
 		t.Logf("%s put back %v after its deletion", what, time.Since(began).Round(time.Millisecond))

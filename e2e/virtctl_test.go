@@ -35,10 +35,11 @@ import (
 
 const vmName = "tiny"
 
-var tinyOnce sync.Once
+var tinyMu sync.Mutex
 
 // cluster returns the admin kubeconfig of the local cluster, with the example VM running, and
-// the virtctl binary.
+// the virtctl binary. The VM is applied again whenever it is not running: a test before may
+// have removed every VM (uninstalling needs none left).
 func cluster(t *testing.T) (kubeconfig, virtctl string, kvc client.Client) {
 	t.Helper()
 	c := localStack(t)
@@ -50,16 +51,18 @@ func cluster(t *testing.T) (kubeconfig, virtctl string, kvc client.Client) {
 		}
 		t.Skipf("bin/virtctl not built (run `make build`)")
 	}
-	var err error
-	tinyOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		_, err = c.ApplyAndWait(ctx, filepath.Join(root, "deploy", "examples", "vm-tiny.yaml"), 3*time.Minute)
-	})
-	if err != nil {
-		t.Fatal(err)
+	kvc = kv(t, c)
+	tinyMu.Lock()
+	defer tinyMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var vmi v1.VirtualMachineInstance
+	if err := kvc.Get(ctx, client.ObjectKey{Namespace: "default", Name: vmName}, &vmi); err != nil || vmi.Status.Phase != v1.Running || vmi.DeletionTimestamp != nil {
+		if _, err := c.ApplyAndWait(ctx, filepath.Join(root, "deploy", "examples", "vm-tiny.yaml"), 3*time.Minute); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return c.K8s.Kubeconfig(), virtctl, kv(t, c)
+	return c.K8s.Kubeconfig(), virtctl, kvc
 }
 
 // virtctl runs one command to completion.

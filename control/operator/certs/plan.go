@@ -102,11 +102,13 @@ func Decide(c Config, st State, propagation time.Duration, now time.Time) Plan {
 	if signer < 0 && (len(live) == 1 || !st.Unseen && !anyLeaf(st.Leaves)) {
 		signer = len(live) - 1
 	}
+	// Every CA is younger than the propagation (it was lengthened since they joined): the
+	// oldest has been in the bundle longest, so it signs, rather than leave a lost leaf missing.
+	if signer < 0 {
+		signer = 0
+	}
 	if signer < len(live)-1 {
 		plan.Next = earliest(plan.Next, newest.Added.Add(propagation)) // when the newest may sign
-	}
-	if signer < 0 {
-		return plan
 	}
 	plan.Signer = live[signer].Cert
 

@@ -205,3 +205,20 @@ func TestRenewalsByTheSameCADoNotHoldBackRetiringTheOldOne(t *testing.T) {
 		t.Fatalf("servers on the new CA for longer than the propagation: %+v, want the old CA retired", p)
 	}
 }
+
+func TestALeafLostAfterThePropagationWasLengthenedIsReissuedByTheOldestCA(t *testing.T) {
+	c := Config{CADuration: 8 * time.Minute, CARenewBefore: 5 * time.Minute, ServerDuration: 2 * time.Minute, ServerRenewBefore: 40 * time.Second}
+	older := mint(t, "older", t0, c.CADuration, nil)
+	newer := mint(t, "newer", t0.Add(30*time.Second), c.CADuration, nil)
+	kept := mint(t, "api", t0.Add(30*time.Second), c.ServerDuration, newer)
+	// Both CAs joined the bundle less than the (now longer) propagation ago.
+	st := State{CAs: []CA{{Cert: older.cert, Added: t0}, {Cert: newer.cert, Added: t0.Add(30 * time.Second)}},
+		Leaves: []Leaf{{Name: "api", Cert: kept.cert}, {Name: "client"}}}
+	p := Decide(c, st, prop, t0.Add(time.Minute))
+	if p.Signer != older.cert || !slices.Equal(p.Issue, []string{"client"}) || len(p.Retire) != 0 {
+		t.Fatalf("no CA propagated yet, one leaf deleted: %+v, want it reissued by the oldest CA and nothing retired", p)
+	}
+	if maySign := t0.Add(30*time.Second + prop); p.Next.IsZero() || p.Next.After(maySign) {
+		t.Fatalf("next look at %v, want no later than when the newer CA may sign (%v)", p.Next, maySign)
+	}
+}
