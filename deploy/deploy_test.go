@@ -7,7 +7,6 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -521,25 +519,13 @@ const restrictedNamespace = "qvirt-restricted"
 // every workload's pod (dry-run): in its own namespace, and for unprivileged ones also in a namespace
 // enforcing the "restricted" Pod Security level.
 func TestServerDryRun(t *testing.T) {
-	binDir := controlplane.RequireBinaries(t)
 	dir := t.TempDir()
 	admission := filepath.Join(dir, "admission.yaml")
 	if err := os.WriteFile(admission, []byte(admissionConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := controlplane.Start(ctx, controlplane.Options{
-		Dir: dir, BinDir: binDir,
-		ExtraAPIServerFlags: []string{"--admission-control-config-file=" + admission},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Log(err)
-		}
+	c := controlplane.ForTest(t, controlplane.Options{
+		Dir: filepath.Join(dir, "cluster"), ExtraAPIServerFlags: []string{"--admission-control-config-file=" + admission},
 	})
 	kubectl := func(stdin []byte, args ...string) (string, error) {
 		cmd := c.Kubectl(append([]string{"--request-timeout=60s"}, args...)...)

@@ -25,27 +25,12 @@ import (
 // kube-apiserver and checks that a rate limit no client could work with is refused with the
 // field's path, in each component's section, while sound ones are accepted.
 func TestKubeAPIServerRefusesInvalidRateLimits(t *testing.T) {
-	binDir := controlplane.RequireBinaries(t)
+	c := controlplane.ForTest(t, controlplane.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Log(err)
-		}
-	})
 	crd := filepath.Join("..", "..", "deploy", "crds", "kubevirt.io_kubevirts.yaml")
-	for _, args := range [][]string{
-		{"apply", "--server-side", "-f", crd},
-		{"wait", "--for=condition=Established", "--timeout=60s", "-f", crd},
-	} {
-		if out, err := c.Kubectl(args...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	c.MustKubectl(t, "apply", "--server-side", "-f", crd)
+	c.MustKubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "-f", crd)
 	dyn, err := dynamic.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

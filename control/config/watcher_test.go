@@ -22,21 +22,12 @@ import (
 // TestWatcherFollowsTheKubeVirtCR changes the CR on a real kube-apiserver and sees the new rate
 // limits and gates reach the listeners without a restart.
 func TestWatcherFollowsTheKubeVirtCR(t *testing.T) {
-	controlplane.RequireBinaries(t)
+	c := controlplane.ForTest(t, controlplane.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
 	crds := filepath.Join(testenv.RepoRoot(t), "deploy", "crds")
-	if out, err := c.Kubectl("apply", "--server-side", "-f", crds).CombinedOutput(); err != nil {
-		t.Fatalf("%v %s", err, out)
-	}
-	if out, err := c.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", crds).CombinedOutput(); err != nil {
-		t.Fatalf("%v %s", err, out)
-	}
+	c.MustKubectl(t, "apply", "--server-side", "-f", crds)
+	c.MustKubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
 	kube, _ := kubernetes.NewForConfig(c.RESTConfig())
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -157,6 +157,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			&corev1.Pod{}: {Label: qvirtPods},
 			// Only the requests this controller signs.
 			&certificatesv1.CertificateSigningRequest{}: {Field: fields.OneTermEqualSelector("spec.signerName", nodeapi.SignerName)},
+			// The installation's CR only, as the config watcher reads it: a KubeVirt CR in
+			// another namespace configures nothing.
+			&virtv1.KubeVirt{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 		}},
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: !opts.MetricsInsecure, CertDir: opts.MetricsCertDir},
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,

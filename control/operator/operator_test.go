@@ -37,12 +37,7 @@ func TestOperatorInstallsFromTheCRAndPutsBackWhatIsDeleted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Kubernetes control plane")
 	}
-	binDir := controlplane.RequireBinaries(t)
-	cp, err := controlplane.Start(t.Context(), controlplane.Options{Dir: t.TempDir(), BinDir: binDir, Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
+	cp := controlplane.ForTest(t, controlplane.Options{Log: testr.New(t)})
 	kubectl := func(args ...string) {
 		t.Helper()
 		if out, err := cp.Kubectl(args...).CombinedOutput(); err != nil {

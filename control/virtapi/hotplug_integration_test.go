@@ -46,15 +46,10 @@ type hotplugCluster struct {
 
 func startHotplugCluster(t *testing.T) *hotplugCluster {
 	t.Helper()
-	controlplane.RequireBinaries(t)
+	dir, root := t.TempDir(), testenv.RepoRoot(t)
+	cl := controlplane.ForTest(t, controlplane.Options{Dir: filepath.Join(dir, "cluster"), Log: testr.New(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir, root := t.TempDir(), testenv.RepoRoot(t)
-	cl, err := controlplane.Start(ctx, controlplane.Options{Dir: filepath.Join(dir, "cluster"), Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cl.Stop() })
 	crds := filepath.Join(root, "deploy", "crds")
 	for _, args := range [][]string{
 		{"apply", "--server-side", "-f", crds},
@@ -63,9 +58,7 @@ func startHotplugCluster(t *testing.T) *hotplugCluster {
 		{"apply", "--server-side", "-f", filepath.Join(root, "deploy", "rbac.yaml")},
 		{"create", "rolebinding", "alice-edits", "--namespace=default", "--clusterrole=kubevirt.io:edit", "--user=alice"},
 	} {
-		if out, err := cl.Kubectl(args...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
-		}
+		cl.MustKubectl(t, args...)
 	}
 
 	ca, err := pki.NewCA("qvirt-ca", time.Hour)

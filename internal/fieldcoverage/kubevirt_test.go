@@ -77,27 +77,16 @@ var kubeVirtResource = k8sschema.GroupVersionResource{Group: v1.GroupName, Versi
 // values listed in kubeVirtAsUnset accepted without effect. It needs a kube-apiserver for the
 // CRD's CEL rules.
 func TestKubeVirtFieldsAreReadOrRefused(t *testing.T) {
-	binDir := controlplane.RequireBinaries(t)
+	c := controlplane.ForTest(t, controlplane.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Log(err)
-		}
-	})
 	deploy := filepath.Join("..", "..", "deploy")
 	for _, args := range [][]string{
 		{"apply", "--server-side", "-f", filepath.Join(deploy, "namespace.yaml")},
 		{"apply", "--server-side", "-f", filepath.Join(deploy, "crds", "kubevirt.io_kubevirts.yaml")},
 		{"wait", "--for=condition=Established", "--timeout=60s", "crd/kubevirts.kubevirt.io"},
 	} {
-		if out, err := c.Kubectl(args...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
+		c.MustKubectl(t, args...)
 	}
 	rc := c.RESTConfig()
 	rc.QPS, rc.Burst = 1000, 1000

@@ -6,7 +6,6 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,27 +27,12 @@ import (
 // KubeVirt CR: its client's rate limiter follows handlerConfiguration and the devices it offers
 // follow the VSOCK gate, without a restart.
 func TestAgentFollowsTheKubeVirtCR(t *testing.T) {
-	binDir := controlplane.RequireBinaries(t)
+	c := controlplane.ForTest(t, controlplane.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := controlplane.Start(ctx, controlplane.Options{Dir: t.TempDir(), BinDir: binDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Log(err)
-		}
-	})
 	crds := filepath.Join("..", "..", "deploy", "crds")
-	for _, args := range [][]string{
-		{"apply", "--server-side", "-f", crds},
-		{"wait", "--for=condition=Established", "--timeout=60s", "-f", crds},
-	} {
-		if out, err := c.Kubectl(args...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	c.MustKubectl(t, "apply", "--server-side", "-f", crds)
+	c.MustKubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds)
 	kube, err := kubernetes.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)

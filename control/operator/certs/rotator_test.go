@@ -38,12 +38,7 @@ func TestRotationNeverLeavesAClientWithoutTheServersIssuer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Kubernetes control plane")
 	}
-	binDir := controlplane.RequireBinaries(t)
-	cp, err := controlplane.Start(t.Context(), controlplane.Options{Dir: t.TempDir(), BinDir: binDir, Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Stop() })
+	cp := controlplane.ForTest(t, controlplane.Options{Log: testr.New(t)})
 	cfg := cp.RESTConfig()
 	cfg.QPS, cfg.Burst = 500, 1000 // client-go's default 5/s would space the moments out too far
 	kube := kubernetes.NewForConfigOrDie(cfg)
