@@ -198,7 +198,7 @@ func installerObjects(t *testing.T, objs []object) map[string]declared {
 // TestReferences checks, without a cluster, that the workloads name only ServiceAccounts, Secrets and
 // ConfigMaps (and their keys) that the manifests or README.md declare; that each --*-file argument
 // names a file one of the container's mounts provides; that every flag exists in the component's
-// main.go; that each qvirt image has a Dockerfile; and that Services, the PodDisruptionBudget, the
+// main.go; that each qvirt image has a Dockerfile; and that Services, the PodDisruptionBudgets, the
 // webhooks and the APIService reach the pods and ports they mean.
 func TestReferences(t *testing.T) {
 	objs := readObjects(t, manifestFiles(t))
