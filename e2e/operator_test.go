@@ -95,11 +95,11 @@ func TestOperatorInstalledQvirtAndReportsItAsKubeVirtDoes(t *testing.T) {
 			t.Errorf("deployment %s: image %s, labels %v", name, img, d.Labels)
 		}
 		// A drain keeps one replica of each.
-		pdb, err := kube.PolicyV1().PodDisruptionBudgets("kubevirt").Get(ctx, name, metav1.GetOptions{})
+		pdb, err := kube.PolicyV1().PodDisruptionBudgets("kubevirt").Get(ctx, name+"-pdb", metav1.GetOptions{})
 		if err != nil {
-			t.Errorf("PodDisruptionBudget %s: %v", name, err)
+			t.Errorf("PodDisruptionBudget %s-pdb: %v", name, err)
 		} else if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 || pdb.Labels["app.kubernetes.io/managed-by"] != "virt-operator" {
-			t.Errorf("PodDisruptionBudget %s: minAvailable %v, labels %v", name, pdb.Spec.MinAvailable, pdb.Labels)
+			t.Errorf("PodDisruptionBudget %s-pdb: minAvailable %v, labels %v", name, pdb.Spec.MinAvailable, pdb.Labels)
 		}
 	}
 	// The webhooks and the APIService trust exactly the published bundle.

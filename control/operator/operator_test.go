@@ -8,14 +8,17 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/qvirt/qvirt/api/v1"
+	"github.com/qvirt/qvirt/control/operator/install"
 	"github.com/qvirt/qvirt/internal/localcluster/controlplane"
 )
 
@@ -124,6 +127,52 @@ func TestOperatorInstallsFromTheCRAndPutsBackWhatIsDeleted(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("service virt-api not put back: %v", err)
+	}
+	checkPrunesWhatAnOlderVersionInstalled(ctx, t, kube)
+}
+
+// checkPrunesWhatAnOlderVersionInstalled: an object an older version rendered (version label)
+// that this one does not is removed; the operator's own state (managed-by only) and what it
+// does not manage stay.
+func checkPrunesWhatAnOlderVersionInstalled(ctx context.Context, t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	one := intstr.FromInt32(1)
+	stale := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "virt-api-renamed", Namespace: "kubevirt",
+			Labels: map[string]string{install.ManagedByLabel: install.ManagedByValue, install.VersionLabel: "v8"}},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{v1.AppLabel: "virt-api"}}},
+	}
+	if _, err := kube.PolicyV1().PodDisruptionBudgets("kubevirt").Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	keep := map[string]map[string]string{
+		"operator-state": {install.ManagedByLabel: install.ManagedByValue},
+		"someone-elses":  {install.VersionLabel: "v8"},
+	}
+	for name, l := range keep {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kubevirt", Labels: l}}
+		if _, err := kube.CoreV1().ConfigMaps("kubevirt").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := kube.PolicyV1().PodDisruptionBudgets("kubevirt").Get(ctx, stale.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Errorf("PodDisruptionBudget %s of version v8 not removed: %v", stale.Name, err)
+	}
+	for name := range keep {
+		if _, err := kube.CoreV1().ConfigMaps("kubevirt").Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap %s: %v", name, err)
+		}
+	}
+	if _, err := kube.PolicyV1().PodDisruptionBudgets("kubevirt").Get(ctx, "virt-api-pdb", metav1.GetOptions{}); err != nil {
+		t.Errorf("the current version's PodDisruptionBudget virt-api-pdb: %v", err)
 	}
 }
 

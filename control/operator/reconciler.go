@@ -92,7 +92,8 @@ func (r *Reconciler) first(ctx context.Context) (string, error) {
 	return oldest.Name, nil
 }
 
-// install applies everything the CR asks for and reports how far the components are.
+// install applies everything the CR asks for, removes what an earlier version installed and
+// this one does not, and reports how far the components are.
 func (r *Reconciler) install(ctx context.Context, kv *v1.KubeVirt) (ctrl.Result, error) {
 	set, errs := SettingsOf(kv, r.Namespace, r.Registry, r.Tag)
 	cfg := set.Certs
@@ -108,6 +109,9 @@ func (r *Reconciler) install(ctx context.Context, kv *v1.KubeVirt) (ctrl.Result,
 		if serr := r.setStatus(ctx, kv, failed(kv, r.target(kv), err)); serr != nil {
 			return ctrl.Result{}, serr
 		}
+		return ctrl.Result{}, err
+	}
+	if _, err := r.prune(ctx, objs); err != nil {
 		return ctrl.Result{}, err
 	}
 	ready, why, err := r.ready(ctx, objs)

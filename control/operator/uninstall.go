@@ -81,6 +81,12 @@ func (r *Reconciler) uninstall(ctx context.Context, kv *v1.KubeVirt) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// What earlier versions installed and this one does not render.
+	older, err := r.prune(ctx, nil)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	left += older
 	sel := metav1.ListOptions{LabelSelector: install.ManagedByLabel + "=" + install.ManagedByValue}
 	core := r.Kube.CoreV1()
 	if err := core.Secrets(r.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
