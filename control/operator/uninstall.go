@@ -81,8 +81,9 @@ func (r *Reconciler) uninstall(ctx context.Context, kv *v1.KubeVirt) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// What earlier versions installed and this one does not render.
-	older, err := r.prune(ctx, nil)
+	// What earlier versions installed and this one does not render; what it renders is
+	// deleted above, in order.
+	older, err := r.prune(ctx, objs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
